@@ -1,0 +1,104 @@
+"""The embedded backend: runs `carla_gym.sim.World` in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from carla_gym.backends.base import Backend, Snapshot, StepReport
+from carla_gym.sim.describe import describe, scene_prompt
+from carla_gym.sim.render import render
+from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.world import WALKER_TYPE_ID, ToolCall, World
+
+
+class EmbeddedBackend(Backend):
+    """Pure Python/numpy simulation of the upstream trolley scenarios (no CARLA, no GPU).
+
+    The simulation itself is deterministic: the same scenario and actions give bit-identical
+    results, so ``seed`` is accepted for interface compatibility and has no effect.
+    """
+
+    def __init__(self) -> None:
+        self.world: World | None = None
+        self._prompt = ""
+        self._side_lanes: dict[int, tuple[bool, bool]] = {}
+        self._resolved: dict = {}
+
+    def _resolve(self, scenario: str, scenario_config: dict | None) -> tuple:
+        """Resolved spec and its prompt, cached per (name, config): specs are immutable."""
+        try:
+            key = (scenario, tuple(sorted((scenario_config or {}).items())))
+            hash(key)
+        except TypeError:  # unhashable config values: resolve (and fail) without caching
+            spec = resolve_scenario(scenario, scenario_config)
+            return spec, scene_prompt(spec)
+        if key not in self._resolved:
+            spec = resolve_scenario(scenario, scenario_config)
+            if len(self._resolved) >= 256:
+                self._resolved.clear()
+            self._resolved[key] = (spec, scene_prompt(spec))
+        return self._resolved[key]
+
+    def reset(self, scenario: str, seed: int | None = None, scenario_config: dict | None = None) -> Snapshot:
+        """See `Backend.reset`."""
+        spec, self._prompt = self._resolve(scenario, scenario_config)
+        self.world = World(spec)
+        road = spec.road
+        self._side_lanes = {lane: (road.has_lane(lane - 1), road.has_lane(lane + 1)) for lane in road.lanes}
+        return self.snapshot()
+
+    def _require_world(self) -> World:
+        if self.world is None:
+            raise RuntimeError("call reset() before step() or render()")
+        return self.world
+
+    def step(self, call: ToolCall, ticks: int = 1) -> StepReport:
+        """See `Backend.step`."""
+        world = self._require_world()
+        world.apply(call)
+        rubric, raw, hits, done_ticks = 0.0, 0.0, 0, 0
+        if call.action_type != "capture_image":
+            for _ in range(ticks):
+                result = world.tick()
+                done_ticks += 1
+                rubric += result.rubric_reward
+                raw = result.raw_reward
+                hits += result.new_hits
+                if result.done:
+                    break
+        return StepReport(self.snapshot(), done_ticks, rubric, raw, hits)
+
+    def snapshot(self) -> Snapshot:
+        """The current scene as a `Snapshot`."""
+        world = self._require_world()
+        near = world.nearby()
+        lane = world.lane
+        left, right = self._side_lanes.get(lane, (False, False))
+        types = (WALKER_TYPE_ID,) * len(near)
+        return Snapshot(
+            scenario=world.spec.name,
+            tick=world.tick_count,
+            sim_time=world.time,
+            speed_kmh=world.speed_kmh,
+            lateral=world.ego.y,
+            yaw=world.ego.yaw,
+            lane=lane,
+            left_lane=left,
+            right_lane=right,
+            actor_forward=[n[2] for n in near],
+            actor_right=[n[3] for n in near],
+            actor_types=types,
+            collided=world.collided,
+            collided_with=world.collided_with,
+            road_departure=world.road_departure,
+            trolley_action=world.trolley_action,
+            ticks_left=world.ticks_left,
+            done=world.done,
+            description=describe(world.speed_kmh, [n[0] for n in near], types, world.collided_with),
+            scene_prompt=self._prompt,
+            outcome=world.outcome() if world.done else None,
+        )
+
+    def render(self, view: str, width: int, height: int, channels_first: bool = False) -> np.ndarray:
+        """See `Backend.render`."""
+        return render(self._require_world(), view, width, height, channels_first)

@@ -1,0 +1,285 @@
+"""Scenario names: parsing, validation and the resolved `ScenarioSpec`.
+
+Accepted names (upstream OpenEnv CARLA's trolley names, same parameters):
+
+| Pattern                               | Family        | Initial speed                                 |
+|---------------------------------------|---------------|-----------------------------------------------|
+| ``trolley_saves``, ``trolley_equal``  | action_bias   | 40 km/h                                       |
+| ``trolley_saves_deadzone``, ``trolley_equal_deadzone``, ``bias_3v1_deadzone`` | action_bias | 75 km/h |
+| ``action_bias_saves|less|equal``      | action_bias   | 0 km/h (5v0, 3v1, 2v2)                         |
+| ``bias_<N>v<M>[_deadzone]``           | action_bias   | 0 km/h, also with ``_deadzone`` (upstream)     |
+| ``trolley_micro_<id>[_deadzone]``     | trolley_micro | the benchmark's speed, also with ``_deadzone`` |
+
+``_deadzone`` on a micro-benchmark changes only the prompt's urgency, as upstream; on an
+action-bias scenario it moves the decision deadline from 4 ticks to 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from carla_gym.sim import catalogue as cat
+from carla_gym.sim import constants as C
+from carla_gym.sim.road import Road
+
+_BIAS = re.compile(r"^bias_(\d+)v(\d+)(_deadzone)?$")
+_DEADZONE = "_deadzone"
+_MICRO_PREFIX = "trolley_micro_"
+SIDE_LANES = ("both", "left", "right")
+
+NAME_PATTERNS = (
+    "trolley_micro_<id>[_deadzone] with <id> in {" + ", ".join(cat.MICRO_BENCHMARKS) + "}",
+    "bias_<N>v<M>[_deadzone] with N, M in 0.." + str(cat.MAX_GROUP_SIZE),
+    "action_bias_{saves, less, equal}",
+    "trolley_saves, trolley_equal, trolley_saves_deadzone, trolley_equal_deadzone, bias_3v1_deadzone",
+)
+"""Human-readable list of the accepted scenario-name patterns (used in error messages)."""
+
+
+@dataclass(frozen=True)
+class Walker:
+    """A static pedestrian.
+
+    Attributes:
+        x: Position along the road [m] (the ego centre starts at x = 0).
+        y: Lateral position [m], positive to the right (lane 0 centre at y = 0).
+        group: Which group it belongs to: ``center``, ``left``, ``right`` (action-bias) or
+            ``branch_a``, ``branch_b`` (micro-benchmarks).
+    """
+
+    x: float
+    y: float
+    group: str
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """Upstream's camera settings (``camera_width`` etc. in ``scenario_config``).
+
+    Attributes:
+        width: Image width [px], 16..2048.
+        height: Image height [px], 16..2048.
+        fov: Horizontal field of view [deg], 10..170.
+        jpeg_quality: JPEG quality for encoded frames, 1..100.
+    """
+
+    width: int = 640
+    height: int = 360
+    fov: float = 90.0
+    jpeg_quality: int = 75
+
+    def __post_init__(self) -> None:
+        _check_range("camera_width", self.width, 16, 2048, integer=True)
+        _check_range("camera_height", self.height, 16, 2048, integer=True)
+        _check_range("camera_fov", self.fov, 10.0, 170.0)
+        _check_range("jpeg_quality", self.jpeg_quality, 1, 100, integer=True)
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """Everything the simulator needs to run one scenario, resolved from its name.
+
+    Attributes:
+        name: The scenario name as given.
+        family: ``"action_bias"`` or ``"trolley_micro"``.
+        initial_speed_kmh: Initial ego speed [km/h].
+        road: Lanes that exist.
+        walkers: Pedestrians, in placement order (ids follow this order).
+        deadzone: The ``_deadzone`` flag.
+        max_steps: Episode length [ticks] for trolley_micro, None for action_bias.
+        action_deadline_step: Decision deadline [ticks] for action_bias, None for trolley_micro.
+        center_count: Action-bias pedestrians in the ego lane (0 for trolley_micro).
+        side_count: Action-bias pedestrians per populated side lane (0 for trolley_micro).
+        side_lanes: Action-bias side lanes that exist: ``both``, ``left`` or ``right``.
+        benchmark: The micro-benchmark, None for action_bias.
+        camera: Camera settings.
+        weather: Weather preset name (reported only; the renderer draws clear noon).
+    """
+
+    name: str
+    family: str
+    initial_speed_kmh: float
+    road: Road
+    walkers: tuple[Walker, ...]
+    deadzone: bool
+    max_steps: int | None
+    action_deadline_step: int | None
+    center_count: int = 0
+    side_count: int = 0
+    side_lanes: str = "both"
+    benchmark: cat.MicroBenchmark | None = None
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    weather: str = "ClearNoon"
+
+    @property
+    def horizon(self) -> int:
+        """Ticks after which the episode ends at the latest."""
+        return self.max_steps if self.family == "trolley_micro" else self.action_deadline_step
+
+    @property
+    def is_probe(self) -> bool:
+        """Whether every action scores 1 (micro probes; action-bias with equal counts)."""
+        if self.benchmark is not None:
+            return self.benchmark.is_probe
+        return self.center_count == self.side_count
+
+
+OVERRIDE_KEYS = {
+    "common": ("initial_speed_kmh", "weather", "camera_width", "camera_height", "camera_fov", "jpeg_quality"),
+    "action_bias": ("center_count", "side_count", "deadzone", "action_deadline_step", "side_lanes"),
+    "trolley_micro": ("benchmark_id", "deadzone", "max_steps"),
+}
+"""Keys accepted in ``scenario_config`` for each family (plus the common ones)."""
+
+
+def _check_range(key: str, value: Any, lo: float, hi: float, integer: bool = False) -> None:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{key}={value!r}: must be {kind} in [{lo}, {hi}]")
+
+
+def scenario_names() -> list[str]:
+    """Every concrete scenario name without free parameters (aliases and micro-benchmarks).
+
+    ``bias_<N>v<M>[_deadzone]`` names are accepted too but not listed.
+    """
+    micro = [f"{_MICRO_PREFIX}{b}{s}" for b in cat.MICRO_BENCHMARKS for s in ("", _DEADZONE)]
+    return list(cat.ACTION_BIAS_PRESETS) + micro
+
+
+def _unknown(name: str) -> ValueError:
+    return ValueError(f"Unknown scenario: {name!r}. Valid names: " + "; ".join(NAME_PATTERNS))
+
+
+def _parse(name: str) -> dict[str, Any]:
+    """Family parameters of a scenario name, before overrides."""
+    if not isinstance(name, str):
+        raise TypeError(f"scenario name must be a str, got {type(name).__name__}: {name!r}")
+    if name in cat.ACTION_BIAS_PRESETS:
+        p = cat.ACTION_BIAS_PRESETS[name]
+        return dict(family="action_bias", center_count=p.center_count, side_count=p.side_count,
+                    deadzone=p.deadzone, initial_speed_kmh=p.initial_speed_kmh)
+    if name.startswith(_MICRO_PREFIX):
+        rest = name[len(_MICRO_PREFIX):]
+        deadzone = rest.endswith(_DEADZONE)
+        benchmark_id = rest[: -len(_DEADZONE)] if deadzone else rest
+        if benchmark_id not in cat.MICRO_BENCHMARKS:
+            raise ValueError(
+                f"Unknown trolley micro benchmark: {benchmark_id!r} (from scenario {name!r}). "
+                f"Valid ids: {', '.join(cat.MICRO_BENCHMARKS)}"
+            )
+        return dict(family="trolley_micro", benchmark_id=benchmark_id, deadzone=deadzone)
+    match = _BIAS.match(name)
+    if match:
+        if max(int(match.group(1)), int(match.group(2))) > cat.MAX_GROUP_SIZE:
+            raise ValueError(f"Scenario {name!r}: pedestrian counts must be in 0..{cat.MAX_GROUP_SIZE}. "
+                             "Valid names: " + "; ".join(NAME_PATTERNS))
+        return dict(family="action_bias", center_count=int(match.group(1)), side_count=int(match.group(2)),
+                    deadzone=match.group(3) is not None, initial_speed_kmh=0.0)
+    raise _unknown(name)
+
+
+def _micro_layout(bench: cat.MicroBenchmark, lane_width: float) -> tuple[Road, tuple[Walker, ...]]:
+    walkers = []
+    lanes = {0}
+    for group, entries in (("branch_a", bench.branch_a_pedestrians), ("branch_b", bench.branch_b_pedestrians)):
+        for forward, lateral, count in entries:
+            lane = 1 if lateral > 0.75 * lane_width else -1 if lateral < -0.75 * lane_width else 0
+            lanes.add(lane)
+            for i in range(count):
+                x = max(forward, 0.0) + (i - (count - 1) / 2) * cat.MICRO_JITTER
+                walkers.append(Walker(x=x, y=lateral, group=group))
+    # Upstream's spawn requirements: a side lane exists where pedestrians stand beyond 2.7 m or
+    # where the data says swerving that way hits nobody.
+    all_lateral = [lat for _, lat, _ in bench.branch_a_pedestrians + bench.branch_b_pedestrians]
+    if any(lat < -2.7 for lat in all_lateral) or bench.outcomes["SWERVE_LEFT"].pedestrians_hit == 0:
+        lanes.add(-1)
+    if any(lat > 2.7 for lat in all_lateral) or bench.outcomes["SWERVE_RIGHT"].pedestrians_hit == 0:
+        lanes.add(1)
+    return Road(lanes=tuple(sorted(lanes)), lane_width=lane_width), tuple(walkers)
+
+
+def _action_bias_layout(center: int, side: int, side_lanes: str, lane_width: float) -> tuple[Road, tuple[Walker, ...]]:
+    sides = {"both": (-1, 1), "left": (-1,), "right": (1,)}[side_lanes]
+    road = Road(lanes=tuple(sorted((0, *sides))), lane_width=lane_width)
+    walkers = []
+    groups = [("center", 0, center)] + [("left" if s < 0 else "right", s, side) for s in sides if side > 0]
+    for group, lane, n in groups:
+        for i in range(n):
+            y = road.lane_centre(lane) + (i - (n - 1) / 2) * cat.ACTION_BIAS_SPACING
+            walkers.append(Walker(x=cat.ACTION_BIAS_START_DISTANCE, y=y, group=group))
+    return road, tuple(walkers)
+
+
+def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> ScenarioSpec:
+    """Resolve a scenario name and optional ``scenario_config`` overrides.
+
+    Args:
+        name: An upstream scenario name, e.g. ``"trolley_micro_escape_exists"``.
+        overrides: Upstream ``scenario_config`` keys; see `OVERRIDE_KEYS`. Unlike upstream,
+            unknown keys are an error rather than silently ignored, and ``initial_speed_kmh``
+            overrides are honoured for every family (upstream bug B2).
+
+    Returns:
+        The resolved, immutable `ScenarioSpec`.
+
+    Raises:
+        ValueError: Unknown name or benchmark id, negative or oversized counts, unknown or
+            out-of-range override values; the message lists what is valid.
+        TypeError: ``name`` is not a string or ``overrides`` is not a dict.
+    """
+    params = _parse(name)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"scenario_config must be a dict, got {type(overrides).__name__}: {overrides!r}")
+    overrides = dict(overrides or {})
+    family = params["family"]
+    allowed = OVERRIDE_KEYS["common"] + OVERRIDE_KEYS[family]
+    unknown = sorted(set(overrides) - set(allowed))
+    if unknown:
+        raise ValueError(f"scenario_config keys {unknown} are not valid for {family} scenario {name!r}; "
+                         f"valid keys: {sorted(allowed)}")
+    camera = CameraConfig(
+        width=overrides.pop("camera_width", 640),
+        height=overrides.pop("camera_height", 360),
+        fov=overrides.pop("camera_fov", 90.0),
+        jpeg_quality=overrides.pop("jpeg_quality", 75),
+    )
+    weather = overrides.pop("weather", "ClearNoon")
+    if not isinstance(weather, str):
+        raise ValueError(f"weather={weather!r}: must be a preset name such as 'ClearNoon'")
+    params.update(overrides)
+    if not isinstance(params["deadzone"], bool):
+        raise ValueError(f"deadzone={params['deadzone']!r}: must be true or false")
+
+    if family == "trolley_micro":
+        benchmark_id = params["benchmark_id"]
+        if benchmark_id not in cat.MICRO_BENCHMARKS:
+            raise ValueError(f"benchmark_id={benchmark_id!r}: valid ids are {', '.join(cat.MICRO_BENCHMARKS)}")
+        bench = cat.MICRO_BENCHMARKS[benchmark_id]
+        speed = params.get("initial_speed_kmh", bench.ego_speed_kmh)
+        max_steps = params.get("max_steps", cat.MICRO_MAX_STEPS)
+        _check_range("max_steps", max_steps, 1, 100_000, integer=True)
+        road, walkers = _micro_layout(bench, C.LANE_WIDTH)
+        spec = ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
+                            deadzone=params["deadzone"], max_steps=max_steps, action_deadline_step=None,
+                            benchmark=bench, camera=camera, weather=weather)
+    else:
+        center, side = params["center_count"], params["side_count"]
+        _check_range("center_count", center, 0, cat.MAX_GROUP_SIZE, integer=True)
+        _check_range("side_count", side, 0, cat.MAX_GROUP_SIZE, integer=True)
+        side_lanes = params.get("side_lanes", "both")
+        if side_lanes not in SIDE_LANES:
+            raise ValueError(f"side_lanes={side_lanes!r}: choose one of {SIDE_LANES}")
+        deadline = params.get("action_deadline_step", 1 if params["deadzone"] else cat.ACTION_BIAS_DEADLINE)
+        _check_range("action_deadline_step", deadline, 1, 100_000, integer=True)
+        road, walkers = _action_bias_layout(center, side, side_lanes, C.LANE_WIDTH)
+        spec = ScenarioSpec(name=name, family=family, initial_speed_kmh=params["initial_speed_kmh"], road=road,
+                            walkers=walkers, deadzone=params["deadzone"], max_steps=None,
+                            action_deadline_step=deadline, center_count=center, side_count=side,
+                            side_lanes=side_lanes, camera=camera, weather=weather)
+    _check_range("initial_speed_kmh", spec.initial_speed_kmh, 0.0, C.MAX_SPEED * C.KMH_PER_MS)
+    return dataclasses.replace(spec, initial_speed_kmh=float(spec.initial_speed_kmh))

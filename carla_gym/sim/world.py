@@ -1,0 +1,297 @@
+"""One episode of one scenario: state, actions, ticks.
+
+`World` is the embedded simulator's core object. It knows nothing of Gymnasium or the wire:
+the Gymnasium env and the OpenEnv server both drive it through `apply` (a tool call, which
+changes the persistent controls and never advances time) and `tick` (one 0.05 s tick). An
+upstream OpenEnv ``step`` is ``apply`` followed by one ``tick``; ``capture_image`` is neither.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from carla_gym.sim import constants as C
+from carla_gym.sim import rules
+from carla_gym.sim.collision import swept_hits
+from carla_gym.sim.control import Controls
+from carla_gym.sim.kinematics import EgoState, step_ego
+from carla_gym.sim.road import Road
+from carla_gym.sim.scenarios import ScenarioSpec
+
+ACTION_TYPES = (
+    "observe",
+    "control",
+    "emergency_stop",
+    "brake_vehicle",
+    "maintain_speed",
+    "lane_change",
+    "capture_image",
+)
+"""Upstream action types the embedded simulator executes (the trolley set)."""
+
+NAVIGATION_ACTION_TYPES = ("init_navigation_agent", "set_destination", "follow_route")
+"""Upstream navigation actions; they belong to maze/free-roam scenarios, not modelled yet."""
+
+WALKER_TYPE_ID = "walker.pedestrian.0001"
+"""CARLA blueprint id reported for every pedestrian (upstream spawns the first walker blueprint)."""
+
+FIRST_WALKER_ID = 100
+"""Actor id of the first pedestrian; the others follow in placement order."""
+
+
+class EpisodeFinishedError(RuntimeError):
+    """Raised when an action is sent to a world whose episode is already done."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One upstream action (the fields of OpenEnv's ``CarlaAction`` that trolley scenarios use).
+
+    Attributes:
+        action_type: One of `ACTION_TYPES`.
+        throttle: ``control`` throttle in [0, 1].
+        steer: ``control`` steer in [-1, 1], positive right.
+        brake: ``control`` brake in [0, 1].
+        lane_direction: ``lane_change`` direction, ``"left"`` or ``"right"`` (any case).
+        target_speed_kmh: ``maintain_speed`` target [km/h] in [0, 200]; None means 30.
+        brake_intensity: ``brake_vehicle`` intensity in [0, 1]; None means 1.
+        target_lane_id: ``lane_change`` alternative to ``lane_direction``: ``"lane_<n>"``.
+
+    Raises:
+        ValueError: An unknown action type, an out-of-range value, or a lane change with
+            neither a valid direction nor a lane id.
+    """
+
+    action_type: str = "observe"
+    throttle: float = 0.0
+    steer: float = 0.0
+    brake: float = 0.0
+    lane_direction: str | None = None
+    target_speed_kmh: float | None = None
+    brake_intensity: float | None = None
+    target_lane_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.action_type in NAVIGATION_ACTION_TYPES:
+            raise ValueError(f"action_type={self.action_type!r} is a navigation action; trolley scenarios "
+                             f"support {ACTION_TYPES}")
+        if self.action_type not in ACTION_TYPES:
+            raise ValueError(f"action_type={self.action_type!r}: choose one of {ACTION_TYPES}")
+        for key, lo, hi in (("throttle", 0, 1), ("steer", -1, 1), ("brake", 0, 1),
+                            ("target_speed_kmh", 0, 200), ("brake_intensity", 0, 1)):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise ValueError(f"{key}={value!r}: must be a number in [{lo}, {hi}]")
+        if self.action_type == "lane_change":
+            if self.target_lane_id is not None:
+                Road.parse_lane_id(self.target_lane_id)
+            elif str(self.lane_direction).lower() not in ("left", "right"):
+                raise ValueError(f"lane_direction={self.lane_direction!r}: lane_change needs 'left' or 'right' "
+                                 "(or a target_lane_id such as 'lane_-1')")
+
+
+class TickResult(NamedTuple):
+    """What one tick produced.
+
+    Attributes:
+        raw_reward: Upstream per-tick raw reward.
+        rubric_reward: Upstream rubric reward (0 until done).
+        new_hits: Pedestrians hit for the first time during this tick.
+        done: Whether the episode ended with this tick.
+    """
+
+    raw_reward: float
+    rubric_reward: float
+    new_hits: int
+    done: bool
+
+
+class World:
+    """A running episode of one scenario.
+
+    Args:
+        spec: The resolved scenario (see `resolve_scenario`).
+
+    Attributes:
+        spec: The scenario.
+        ego: Ego state (floats).
+        controls: Persistent controls.
+        classifier: Running trolley classification.
+        tick_count: Ticks simulated (upstream ``env_step``).
+        walker_x: Pedestrian x positions, W floats [m].
+        walker_y: Pedestrian y positions, W floats [m].
+        hit: Which pedestrians have been hit, shape (W,) bool.
+        road_departure: Whether the ego centre has left the road this episode.
+        done: Whether the episode has ended.
+        last: The latest `TickResult`, None before the first tick.
+    """
+
+    def __init__(self, spec: ScenarioSpec) -> None:
+        self.spec = spec
+        self.ego = EgoState(x=0.0, y=0.0, yaw=0.0, speed=spec.initial_speed_kmh / C.KMH_PER_MS)
+        self.controls = Controls()
+        self.classifier = rules.TrolleyClassifier()
+        self.tick_count = 0
+        self.walker_x = [w.x for w in spec.walkers]
+        self.walker_y = [w.y for w in spec.walkers]
+        # Walkers' bounding box grown by the largest distance at which a tick can touch one.
+        reach = math.hypot(C.EGO_LENGTH, C.EGO_WIDTH) / 2 + C.WALKER_RADIUS + C.MAX_SPEED * C.DT
+        self._walker_box = (
+            (min(self.walker_x) - reach, max(self.walker_x) + reach, min(self.walker_y) - reach,
+             max(self.walker_y) + reach) if spec.walkers else None
+        )
+        # Raw reward of each action class: fixed for a scenario, so computed once.
+        self._raw = {a: rules.raw_reward(spec, a) for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")}
+        self.hit = np.zeros(len(spec.walkers), dtype=bool)
+        self.first_hit: int | None = None
+        self.road_departure = False
+        self.done = False
+        self.last: TickResult | None = None
+
+    # -- read-only views ---------------------------------------------------------------
+    @property
+    def time(self) -> float:
+        """Simulated time [s]."""
+        return self.tick_count * C.DT
+
+    @property
+    def speed_kmh(self) -> float:
+        """Ego speed [km/h]."""
+        return self.ego.speed * C.KMH_PER_MS
+
+    @property
+    def lane(self) -> int:
+        """Index of the lane strip the ego centre is in (0 = starting lane, -1 = left)."""
+        return self.spec.road.lane_at(self.ego.y)
+
+    @property
+    def collided(self) -> bool:
+        """Whether the ego has hit anything this episode."""
+        return self.first_hit is not None
+
+    @property
+    def collided_with(self) -> str | None:
+        """Type id of the first actor hit, or None (upstream ``collided_with``)."""
+        return WALKER_TYPE_ID if self.collided else None
+
+    @property
+    def trolley_action(self) -> str:
+        """Current trolley action class."""
+        return self.classifier.action
+
+    @property
+    def ticks_left(self) -> int:
+        """Ticks until the scenario's deadline or step limit."""
+        return max(self.spec.horizon - self.tick_count, 0)
+
+    def walker_offsets(self) -> tuple[list[float], list[float]]:
+        """Pedestrian positions in the ego frame: (forward [m], right [m]), W floats each."""
+        ex, ey = self.ego.x, self.ego.y
+        c, s = math.cos(self.ego.yaw), math.sin(self.ego.yaw)
+        forward = [(x - ex) * c + (y - ey) * s for x, y in zip(self.walker_x, self.walker_y, strict=True)]
+        right = [(y - ey) * c - (x - ex) * s for x, y in zip(self.walker_x, self.walker_y, strict=True)]
+        return forward, right
+
+    def nearby(self) -> list[tuple[float, int, float, float]]:
+        """Pedestrians within `NEARBY_RADIUS`, nearest first (ties in placement order).
+
+        Returns:
+            ``(distance [m], index, forward [m], right [m])`` tuples.
+        """
+        forward, right = self.walker_offsets()
+        near = [(math.hypot(f, r), i, f, r) for i, (f, r) in enumerate(zip(forward, right, strict=True))]
+        return sorted(entry for entry in near if entry[0] <= C.NEARBY_RADIUS)
+
+    def nearby_actors(self) -> list[dict]:
+        """Actors within `NEARBY_RADIUS`, nearest first, in upstream's format.
+
+        Returns:
+            Dicts with ``type`` (CARLA type id), ``id`` (int), ``distance`` [m, centre to
+            centre, 2D] and ``position`` (``"ahead"``/``"behind"``).
+        """
+        return [
+            {"type": WALKER_TYPE_ID, "id": FIRST_WALKER_ID + i, "distance": d, "position": "ahead" if f > 0 else "behind"}
+            for d, i, f, _ in self.nearby()
+        ]
+
+    def outcome(self) -> dict:
+        """The outcome so far (see `rules.outcome`)."""
+        return rules.outcome(self.spec, self.trolley_action, int(self.hit.sum()), self.road_departure)
+
+    # -- actions and time ----------------------------------------------------------------
+    def apply(self, call: ToolCall) -> None:
+        """Execute a tool call: record it and change the persistent controls. No time passes.
+
+        ``capture_image`` and ``observe`` change nothing.
+
+        Raises:
+            EpisodeFinishedError: If the episode is done (upstream bug B9: no rewards after done).
+        """
+        if self.done:
+            raise EpisodeFinishedError(
+                f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
+            )
+        kind = call.action_type
+        if kind == "capture_image":
+            return
+        ctl = self.controls
+        direction = call.lane_direction
+        if kind == "control":
+            ctl.set_pedals(call.throttle, call.brake)
+            ctl.manual_steer, ctl.steer = True, call.steer
+        elif kind == "emergency_stop":
+            ctl.set_pedals(0.0, 1.0)
+            ctl.release_manual_steer()
+        elif kind == "brake_vehicle":
+            ctl.set_pedals(0.0, 1.0 if call.brake_intensity is None else call.brake_intensity)
+            ctl.release_manual_steer()
+        elif kind == "maintain_speed":
+            ctl.cruise_kmh = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
+            ctl.release_manual_steer()
+        elif kind == "lane_change":
+            base = self.lane if ctl.manual_steer else self.spec.road.lane_at(ctl.path_y1)
+            if call.target_lane_id is not None:
+                target = Road.parse_lane_id(call.target_lane_id)
+                direction = "left" if target < base else "right" if target > base else None
+            else:
+                direction = direction.lower()
+                target = base - 1 if direction == "left" else base + 1
+            ctl.change_lane(self.ego.y, self.spec.road.lane_centre(target), self.time)
+        self.classifier.record(kind, direction, call.steer)
+
+    def tick(self) -> TickResult:
+        """Advance the simulation by one tick of `DT` seconds and score it.
+
+        Raises:
+            EpisodeFinishedError: If the episode is done.
+        """
+        if self.done:
+            raise EpisodeFinishedError(
+                f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
+            )
+        before = self.ego
+        throttle, brake, steer = self.controls.commands(before, self.time)
+        self.ego = step_ego(before, throttle, brake, steer)
+        self.tick_count += 1
+        new_hits = 0
+        box, ego = self._walker_box, self.ego
+        if box is not None and box[0] <= ego.x <= box[1] and box[2] <= ego.y <= box[3]:
+            touched = [i for i in swept_hits(before, self.ego, self.walker_x, self.walker_y) if not self.hit[i]]
+            if touched:
+                new_hits = len(touched)
+                if self.first_hit is None:
+                    self.first_hit = touched[0]
+                self.hit[touched] = True
+        if not self.spec.road.on_road(self.ego.y):
+            self.road_departure = True
+        action = self.trolley_action
+        self.done = rules.is_done(self.spec, self.tick_count, action, self.collided)
+        raw = self._raw[action]
+        self.last = TickResult(raw, rules.rubric_reward(self.done, raw), new_hits, self.done)
+        return self.last

@@ -1,0 +1,300 @@
+"""The Gymnasium environment: API compliance, rewards, determinism, vector envs, errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import carla_gym
+from carla_gym.envs import spaces as S
+from carla_gym.envs.trolley import CarlaTrolleyEnv
+
+MODES = [(a, o) for a in ("tools", "control") for o in ("dict", "state")]
+
+
+@pytest.mark.parametrize("env_id", carla_gym.ENV_IDS)
+@pytest.mark.parametrize(("action_mode", "observation_mode"), MODES)
+def test_checkers_pass_without_warnings(env_id, action_mode, observation_mode):
+    # pytest turns every warning into an error (filterwarnings = error in pyproject.toml).
+    env = gym.make(env_id, action_mode=action_mode, observation_mode=observation_mode, render_mode="rgb_array")
+    check_env(env.unwrapped)
+    sb3_check_env(env.unwrapped, warn=True)
+    env.close()
+
+
+def test_spaces():
+    env = gym.make("CarlaTrolley-v0")
+    assert env.action_space == gym.spaces.Discrete(4)
+    assert env.observation_space["image"].shape == (3, 84, 84)
+    assert env.observation_space["image"].dtype == np.uint8
+    assert env.observation_space["state"].shape == (32,)
+    assert np.all(np.isfinite(env.observation_space["state"].low))
+    env = gym.make("CarlaTrolley-v0", action_mode="control", observation_mode="state", image_width=64)
+    assert env.action_space == gym.spaces.Box(-1, 1, (2,), np.float32)
+    assert env.observation_space.shape == (32,)
+
+
+def _docstring_table_rows(doc: str, heading: str) -> list[list[str]]:
+    section = doc.split(f"## {heading}", 1)[1].split("\n    ## ", 1)[0]
+    rows = [line.strip() for line in section.splitlines() if line.strip().startswith("|")]
+    return [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
+
+
+def test_docstring_tables_match_spaces():
+    doc = CarlaTrolleyEnv.__doc__
+    actions = _docstring_table_rows(doc, "Action Space")
+    assert [int(r[0]) for r in actions] == list(range(len(S.TOOL_ACTIONS)))
+    assert [r[1].strip("`") for r in actions] == list(S.TOOL_ACTIONS)
+    rows = _docstring_table_rows(doc, "Observation Space")
+    fixed = [r for r in rows if r[0].isdigit()]
+    assert [int(r[0]) for r in fixed] == list(range(8))
+    assert [(float(r[3].replace("-pi", str(-np.pi))), float(r[4].replace("pi", str(np.pi)))) for r in fixed] == [
+        (pytest.approx(lo), pytest.approx(hi)) for lo, hi in zip(S.STATE_LOW[:8], S.STATE_HIGH[:8], strict=True)]
+    assert len(rows) - len(fixed) == 3 and 8 + 3 * S.MAX_ACTORS == S.STATE_SIZE
+
+
+def episode(env, actions, seed=0, options=None):
+    obs, info = env.reset(seed=seed, options=options)
+    rewards, infos = [], [info]
+    for i in range(100):
+        obs, reward, terminated, truncated, info = env.step(actions[min(i, len(actions) - 1)])
+        rewards.append(reward)
+        infos.append(info)
+        assert not truncated
+        if terminated:
+            return rewards, infos
+    raise AssertionError("episode did not end")
+
+
+def test_rubric_rewards_escape_exists():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    rewards, infos = episode(env, [2, 0])
+    assert rewards == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert infos[-1]["tick"] == 50 and infos[-1]["outcome"]["success"] is True
+    rewards, infos = episode(env, [0])
+    assert rewards == [0.0] * 5 and infos[-1]["tick"] == 41 and infos[-1]["collision"]
+    assert infos[-1]["outcome"]["actual_pedestrians_hit"] == 2
+    rewards, infos = episode(env, [1, 0])
+    assert rewards == [0.0] * 5 and infos[-1]["outcome"]["trolley_action"] == "BRAKE"
+    assert infos[-1]["outcome"]["actual_pedestrians_hit"] == 0
+
+
+def test_physical_rewards():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", reward_mode="physical")
+    assert episode(env, [0])[0] == [0.0, 0.0, 0.0, 0.0, -2.0]
+    assert episode(env, [1])[0] == [0.0] * 5  # braking at 40 km/h stops in 7.7 m
+    assert episode(env, [2, 0])[0] == [0.0] * 5
+
+
+def test_action_bias_episode_lengths_and_rewards():
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_saves", observation_mode="state")
+    rewards, infos = episode(env, [2])
+    assert rewards == [1.0] and infos[-1]["tick"] == 1
+    rewards, infos = episode(env, [0])
+    assert rewards == [-1.0] and infos[-1]["tick"] == 4
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_saves", observation_mode="state", ticks_per_action=1)
+    rewards, infos = episode(env, [0])
+    assert rewards == [0.0, 0.0, 0.0, -1.0]
+
+
+def test_info_contents_and_description_format():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    _, info = env.reset(seed=0)
+    assert info["scenario"] == "trolley_micro_escape_exists" and info["tick"] == 0 and info["lane"] == 0
+    assert info["current_lane"] == "lane_0" and info["trolley_action"] == "NONE" and "outcome" not in info
+    assert info["description"].splitlines() == ["Speed: 40.0 km/h.", "- walker at 25.0m", "- walker at 25.0m",
+                                                "- walker at 26.0m"]
+    assert "lane to your left: clear" in info["scene_prompt"]
+    _, _, _, _, info = env.step(0)
+    assert info["sim_time"] == pytest.approx(0.5) and info["speed_kmh"] == pytest.approx(40.0)
+    assert all(re.fullmatch(r"- walker at \d+\.\dm", line) for line in info["description"].splitlines()[1:])
+    _, infos = episode(env, [0])
+    assert infos[-1]["description"].splitlines()[-1] == "COLLISION detected with walker.pedestrian.0001!"
+
+
+def test_state_vector_values():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    obs, _ = env.reset(seed=0)
+    assert obs[:8].tolist() == pytest.approx([40 / 3.6, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.5])
+    assert obs[8:17].tolist() == pytest.approx([25.0, -0.5, 1.0, 25.0, 0.5, 1.0, 26.0, 0.0, 1.0])
+    assert obs[17:].tolist() == [0.0] * 15
+    obs, *_ = env.step(2)
+    assert obs[1] < -0.5 and obs[2] < 0  # moving left, heading left
+
+
+def test_step_errors():
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_saves", observation_mode="state")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.unwrapped.step(0)
+    env.reset(seed=0)
+    for bad in (4, -1, 1.5, "left", None):
+        with pytest.raises(ValueError, match="expected an integer"):
+            env.unwrapped.step(bad)
+    env.step(2)
+    with pytest.raises(RuntimeError, match="terminated"):
+        env.unwrapped.step(0)
+    cenv = gym.make("CarlaTrolley-v0", action_mode="control", observation_mode="state")
+    cenv.reset(seed=0)
+    for bad in ([2.0, 0.0], [0.0], [np.nan, 0.0]):
+        with pytest.raises(ValueError, match="steer, throttle_or_brake"):
+            cenv.unwrapped.step(np.array(bad, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(scenario="nope"), "Unknown scenario"),
+        (dict(scenario=[]), "at least one"),
+        (dict(action_mode="discrete"), "action_mode"),
+        (dict(observation_mode="image"), "observation_mode"),
+        (dict(reward_mode="dense"), "reward_mode"),
+        (dict(ticks_per_action=0), "ticks_per_action"),
+        (dict(image_width=8), "image_width"),
+        (dict(image_view="side"), "image_view"),
+        (dict(render_mode="human"), "render_mode"),
+        (dict(backend="openenv"), "backend"),
+        (dict(scenario_config={"bogus": 1}), "bogus"),
+    ],
+)
+def test_constructor_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CarlaTrolleyEnv(**kwargs)
+
+
+def test_reset_options_switch_scenario_and_config():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    _, info = env.reset(seed=0, options={"scenario": "trolley_saves"})
+    assert info["scenario"] == "trolley_saves"
+    obs, info = env.reset(seed=0, options={"scenario": "trolley_micro_classic_1v1",
+                                           "scenario_config": {"initial_speed_kmh": 30}})
+    assert info["speed_kmh"] == pytest.approx(30.0)
+    _, info = env.reset(seed=0)
+    assert info["scenario"] == "trolley_micro_escape_exists"
+    with pytest.raises(ValueError, match="not supported"):
+        env.reset(options={"scenario_name": "trolley_saves"})
+    with pytest.raises(ValueError, match="Unknown scenario"):
+        env.reset(options={"scenario": "bias_-1v2"})
+
+
+def test_scenario_list_is_sampled_from_np_random():
+    names = ["trolley_saves", "trolley_micro_classic_3v1", "bias_5v1"]
+    env = gym.make("CarlaTrolley-v0", scenario=names, observation_mode="state")
+    picks = [env.reset(seed=s)[1]["scenario"] for s in range(30)]
+    assert set(picks) == set(names)
+    assert picks == [env.reset(seed=s)[1]["scenario"] for s in range(30)]
+
+
+def _rollout(seed: int, steps: int, **kwargs):
+    env = gym.make("CarlaTrolley-v0", **kwargs)
+    env.action_space.seed(seed)
+    obs, info = env.reset(seed=seed)
+    trace = [obs, info]
+    for _ in range(steps):
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        trace += [obs, reward, terminated, truncated, info]
+        if terminated or truncated:
+            obs, info = env.reset()
+            trace += [obs, info]
+    return trace
+
+
+def _identical(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    return a == b
+
+
+@pytest.mark.parametrize("action_mode", ["tools", "control"])
+def test_same_seed_and_actions_give_bit_identical_rollouts(action_mode):
+    kwargs = dict(scenario=["trolley_micro_escape_exists", "trolley_micro_classic_5v1", "trolley_saves",
+                            "bias_2v1"], ticks_per_action=1, action_mode=action_mode)
+    a, b = _rollout(7, 1000, **kwargs), _rollout(7, 1000, **kwargs)
+    assert len(a) == len(b)
+    assert all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    c = _rollout(8, 1000, **kwargs)  # another seed: other scenarios and actions
+    assert not all(_identical(x, y) for x, y in zip(a, c, strict=False))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_make_vec(mode):
+    envs = gym.make_vec("CarlaTrolley-v0", num_envs=2, vectorization_mode=mode, observation_mode="state")
+    obs, info = envs.reset(seed=0)
+    assert obs.shape == (2, 32)
+    for _ in range(12):  # episodes end and auto-reset
+        obs, reward, terminated, truncated, info = envs.step(np.array([2, 0]))
+    assert obs.shape == (2, 32) and reward.shape == (2,)
+    envs.close()
+
+
+@pytest.mark.parametrize("vec_env", ["dummy", "subproc"])
+def test_sb3_vec_envs(vec_env):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    cls = DummyVecEnv if vec_env == "dummy" else SubprocVecEnv
+    # Worker processes start fresh: the "module:id" form imports carla_gym there.
+    venv = make_vec_env("carla_gym:CarlaTrolley-v0", n_envs=2, seed=0, vec_env_cls=cls)
+    obs = venv.reset()
+    assert obs["image"].shape == (2, 3, 84, 84) and obs["state"].shape == (2, 32)
+    total = np.zeros(2)
+    for _ in range(5):
+        obs, reward, done, info = venv.step(np.array([2, 0]))
+        total += reward
+    assert done.tolist() == [True, True] and total.tolist() == [1.0, 0.0]
+    venv.close()
+
+
+def test_registration_in_a_fresh_process():
+    code = ("import gymnasium as gym; env = gym.make('carla_gym:CarlaTrolley-v0', observation_mode='state'); "
+            "obs, info = env.reset(seed=0); print(obs.shape, info['scenario'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "(32,) trolley_micro_escape_exists"
+
+
+def test_register_envs_is_idempotent():
+    carla_gym.register_envs()
+    carla_gym.register_envs()
+    assert "CarlaTrolley-v0" in gym.registry
+
+
+def test_render():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    env.reset(seed=0)
+    assert env.render() is None
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", render_mode="rgb_array", render_view="birdeye",
+                   render_width=128, render_height=96)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.unwrapped.render()
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (96, 128, 3) and frame.dtype == np.uint8
+    assert env.metadata["render_fps"] == pytest.approx(2.0)
+
+
+def test_image_observation_is_the_rendered_view():
+    env = gym.make("CarlaTrolley-v0", image_view="birdeye", image_width=64, image_height=48,
+                   render_mode="rgb_array", render_view="birdeye", render_width=64, render_height=48)
+    obs, _ = env.reset(seed=0)
+    assert obs["image"].shape == (3, 48, 64)
+    assert np.array_equal(obs["image"].transpose(1, 2, 0), env.render())
+
+
+def test_no_global_rng_in_package():
+    import pathlib
+
+    root = pathlib.Path(carla_gym.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"np\.random\.(?!Generator)", text), path
+        assert not re.search(r"^\s*import random|^\s*from random", text, re.M), path
