@@ -1,10 +1,11 @@
 """Speed of CarlaTrolley-v0 on one core: steps/s (state, image), reset time, highway-env ratio.
 
-Usage (pin to one core):
-    taskset -c 0 python benchmarks/bench_env.py [--seconds 3]
+Usage (pin to one core; needs the [bench] extra for the highway-env comparison):
+    taskset -c 1 python benchmarks/bench_env.py [--seconds 1] [--repeats 5]
 
-Targets (issue #2, spec/anchors.md section 5): state-only >= 20,000 steps/s, 84x84 image
->= 5,000 steps/s, reset <= 100 us; all with ticks_per_action=1 through gym.make.
+Targets (from the project's performance study of peer simulators): state-only >= 20,000
+steps/s, 84x84 image >= 5,000 steps/s, reset <= 100 us; all with ticks_per_action=1 through
+gym.make, random tool actions, resets included. Each figure is the median of --repeats runs.
 """
 
 from __future__ import annotations

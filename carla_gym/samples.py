@@ -1,9 +1,10 @@
-"""Write sample frames of every scenario: ``python -m carla_gym.samples docs/samples``.
+"""Write sample frames of every scenario: python -m carla_gym.samples docs/samples.
 
-For each named scenario (aliases and micro-benchmarks, without the ``_deadzone`` twins, whose
-scene is identical) it saves the front camera at 640x360 and 84x84 and the bird's-eye view at
-256x256 and 84x84, one second into an episode in which the ego only observes (at 0 km/h the
-scene is the starting scene).
+For each named scenario (aliases and micro-benchmarks, without the micro-benchmarks'
+_deadzone twins, whose scene is identical) it saves the front camera at 640x360 and 84x84 and
+the bird's-eye view at 256x256 and 84x84, after the ego has observed for --ticks ticks (20 =
+1 s by default), or until one tick before the episode's deadline when that comes sooner
+(3 ticks for action-bias scenarios, 0 with deadzone).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def write_samples(out_dir: Path, ticks: int = 20) -> list[Path]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path, nargs="?", default=Path("docs/samples"))
+    parser.add_argument("out_dir", type=Path, nargs="?", default=Path("docs/samples"),
+                        help="output folder (default: docs/samples)")
     parser.add_argument("--ticks", type=int, default=20, help="ticks to simulate before the frames (default 20)")
     args = parser.parse_args()
     paths = write_samples(args.out_dir, args.ticks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from carla_gym.sim import catalogue as cat
@@ -96,13 +97,28 @@ def test_action_bias_names(name):
     assert spec.initial_speed_kmh == speed
     assert spec.action_deadline_step == deadline and spec.max_steps is None
     assert spec.road.lanes == (-1, 0, 1)
-    centre = [w for w in spec.walkers if w.group == "center"]
-    assert [w.y for w in centre] == pytest.approx([(i - (center - 1) / 2) * 0.8 for i in range(center)])
-    assert all(w.x == 25.0 for w in spec.walkers)
-    for group, lane_y in (("left", -3.5), ("right", 3.5)):
+    for group, lane, n in (("center", 0, center), ("left", -1, side), ("right", 1, side)):
         members = [w for w in spec.walkers if w.group == group]
-        assert len(members) == side
-        assert [w.y for w in members] == pytest.approx([lane_y + (i - (side - 1) / 2) * 0.8 for i in range(side)])
+        assert len(members) == n
+        if n <= 4:  # one row, centred on the lane, 0.8 m apart, 25 m ahead (upstream)
+            assert [w.y for w in members] == pytest.approx([lane * 3.5 + (i - (n - 1) / 2) * 0.8 for i in range(n)])
+            assert all(w.x == 25.0 for w in members)
+        # Each group stays inside its own lane (discs of 0.3 m included).
+        assert all(abs(w.y - lane * 3.5) + 0.3 <= 1.75 for w in members)
+
+
+def test_large_action_bias_groups_stand_in_rows():
+    spec = resolve_scenario("action_bias_saves")  # 5 people: 4 abreast, 1 behind
+    assert [c for w in spec.walkers for c in (w.x, w.y)] == pytest.approx(
+        [25.0, -1.2, 25.0, -0.4, 25.0, 0.4, 25.0, 1.2, 25.8, 0.0])
+    spec = resolve_scenario("bias_20v20")
+    for lane, group in ((0, "center"), (-1, "left"), (1, "right")):
+        members = [w for w in spec.walkers if w.group == group]
+        assert len(members) == 20 and all(spec.road.lane_at(w.y) == lane for w in members)
+        assert max(w.x for w in members) == pytest.approx(25.0 + 4 * 0.8)
+    points = [(w.x, w.y) for w in spec.walkers]
+    gaps = [((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5 for i, a in enumerate(points) for b in points[i + 1:]]
+    assert min(gaps) >= 0.6  # discs of 0.3 m never overlap
 
 
 def test_three_pedestrians_centred_as_upstream():
@@ -119,6 +135,7 @@ def test_side_lanes_override():
 @pytest.mark.parametrize(
     "name",
     ["bias_-1v2", "bias_1v-2", "bias_1v", "bias_v1", "bias_1v2v3", "bias_21v0", "bias_1x2", "action_bias_more",
+     "bias_\u0663v1", "bias_1v1\n", "bias_0000001v1",
      "trolley_micro_nope", "trolley_micro_", "maze", "", "TROLLEY_SAVES", "trolley_saves "],
 )
 def test_invalid_names_raise_value_error_listing_patterns(name):
@@ -146,6 +163,14 @@ def test_initial_speed_override_is_honoured():  # upstream bug B2
     assert resolve_scenario("trolley_saves", {"initial_speed_kmh": 10.0}).initial_speed_kmh == 10.0
 
 
+def test_numpy_numbers_and_case_are_accepted():
+    spec = resolve_scenario("trolley_saves", {"center_count": np.int64(2), "initial_speed_kmh": np.float32(30.0),
+                                              "side_lanes": "LEFT", "weather": "HardRainNoon"})
+    assert (spec.center_count, spec.initial_speed_kmh, spec.side_lanes, spec.weather) == (2, 30.0, "left",
+                                                                                          "HardRainNoon")
+    assert type(spec.center_count) is int and type(spec.initial_speed_kmh) is float
+
+
 def test_override_values_and_camera():
     spec = resolve_scenario("trolley_micro_classic_3v1", {"max_steps": 80, "camera_width": 320, "camera_height": 240,
                                                           "camera_fov": 100, "jpeg_quality": 90, "benchmark_id":
@@ -168,6 +193,11 @@ def test_override_values_and_camera():
         ("trolley_saves", {"initial_speed_kmh": -1}, "initial_speed_kmh"),
         ("trolley_saves", {"initial_speed_kmh": 500}, "initial_speed_kmh"),
         ("trolley_saves", {"side_lanes": "none"}, "side_lanes"),
+        ("trolley_saves_deadzone", {"action_deadline_step": 7}, "no effect with deadzone"),
+        ("trolley_saves", {"weather": "Rainy"}, "weather"),
+        ("trolley_saves", {"camera_fov": float("nan")}, "camera_fov"),
+        ("trolley_saves", {"center_count": 2.0}, "center_count"),
+        ("trolley_saves", {"center_count": True}, "center_count"),
         ("trolley_saves", {"center_count": -1}, "center_count"),
         ("trolley_saves", {"deadzone": "yes"}, "deadzone"),
         ("trolley_micro_escape_exists", {"benchmark_id": "nope"}, "benchmark_id"),

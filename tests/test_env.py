@@ -19,11 +19,16 @@ from carla_gym.envs.trolley import CarlaTrolleyEnv
 MODES = [(a, o) for a in ("tools", "control") for o in ("dict", "state")]
 
 
+CHECK_SCENARIOS = ["trolley_micro_escape_exists", "trolley_saves_deadzone", "action_bias_equal"]
+
+
 @pytest.mark.parametrize("env_id", carla_gym.ENV_IDS)
 @pytest.mark.parametrize(("action_mode", "observation_mode"), MODES)
-def test_checkers_pass_without_warnings(env_id, action_mode, observation_mode):
+@pytest.mark.parametrize("scenario", CHECK_SCENARIOS)
+def test_checkers_pass_without_warnings(env_id, action_mode, observation_mode, scenario):
     # pytest turns every warning into an error (filterwarnings = error in pyproject.toml).
-    env = gym.make(env_id, action_mode=action_mode, observation_mode=observation_mode, render_mode="rgb_array")
+    env = gym.make(env_id, scenario=scenario, action_mode=action_mode, observation_mode=observation_mode,
+                   render_mode="rgb_array")
     check_env(env.unwrapped)
     sb3_check_env(env.unwrapped, warn=True)
     env.close()
@@ -230,10 +235,14 @@ def test_same_seed_and_actions_give_bit_identical_rollouts(action_mode):
 def test_make_vec(mode):
     envs = gym.make_vec("CarlaTrolley-v0", num_envs=2, vectorization_mode=mode, observation_mode="state")
     obs, info = envs.reset(seed=0)
-    assert obs.shape == (2, 32)
-    for _ in range(12):  # episodes end and auto-reset
+    assert obs.shape == (2, 32) and obs[0].tolist() == obs[1].tolist()
+    rewards, ends = [], []
+    for _ in range(6):  # 5 decisions end each episode, then the envs auto-reset
         obs, reward, terminated, truncated, info = envs.step(np.array([2, 0]))
-    assert obs.shape == (2, 32) and reward.shape == (2,)
+        rewards.append(reward.tolist())
+        ends.append(terminated.tolist())
+    assert rewards[:5] == [[0.0, 0.0]] * 4 + [[1.0, 0.0]]
+    assert ends[4] == [True, True] and ends[5] == [False, False]
     envs.close()
 
 
@@ -298,3 +307,79 @@ def test_no_global_rng_in_package():
         text = path.read_text()
         assert not re.search(r"np\.random\.(?!Generator)", text), path
         assert not re.search(r"^\s*import random|^\s*from random", text, re.M), path
+
+
+FUZZ_SCENARIOS = carla_gym.scenario_names() + ["bias_0v0", "bias_1v3", "bias_20v20", "bias_2v5_deadzone", "bias_0v3"]
+
+
+@pytest.mark.parametrize("action_mode", ["tools", "control"])
+def test_random_rollouts_stay_in_the_observation_space(action_mode):
+    env = gym.make("CarlaTrolley-v0", scenario=FUZZ_SCENARIOS, action_mode=action_mode, observation_mode="state",
+                   ticks_per_action=3, scenario_config=None)
+    env.action_space.seed(1)
+    obs, info = env.reset(seed=1)
+    seen = set()
+    for _ in range(3000):
+        assert env.observation_space.contains(obs), (info["scenario"], obs)
+        obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        assert np.isfinite(reward) and reward in (-1.0, 0.0, 1.0)
+        if terminated:
+            seen.add(info["scenario"])
+            obs, info = env.reset()
+    assert len(seen) > 20
+
+
+def test_fast_and_far_driving_stays_in_the_observation_space():
+    env = gym.make("CarlaTrolley-v0", action_mode="control", observation_mode="state", ticks_per_action=20,
+                   scenario_config={"initial_speed_kmh": 0, "max_steps": 20_000})
+    obs, _ = env.reset(seed=0)
+    for i in range(400):  # off the road to the left, then full throttle and weaving for 400 s
+        steer = -1.0 if i < 3 else (0.3 if i % 50 < 25 else -0.3)
+        obs, reward, terminated, _, info = env.step(np.array([steer, 1.0], np.float32))
+        assert env.observation_space.contains(obs)
+        if terminated:
+            break
+    assert info["road_departure"]
+
+
+def test_scenario_config_checks_do_not_depend_on_earlier_resets():
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_saves", observation_mode="state")
+    with pytest.raises(ValueError, match="deadzone"):
+        env.reset(options={"scenario_config": {"deadzone": 1}})
+    env.reset(options={"scenario_config": {"deadzone": True}})
+    with pytest.raises(ValueError, match="deadzone"):
+        env.reset(options={"scenario_config": {"deadzone": 1}})
+    with pytest.raises(TypeError, match="must be a dict"):
+        env.reset(options={"scenario_config": "max_steps=3"})
+    with pytest.raises(ValueError, match="center_count"):
+        env.reset(options={"scenario_config": {"center_count": [1]}})
+
+
+def test_lane_flags_off_the_road():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    env.reset(seed=0)
+    env.step(3)  # lane 1 does not exist in escape_exists
+    obs, _, _, _, info = env.step(0)
+    assert info["lane"] == 1 and info["road_departure"]
+    assert obs[3] == 1.0 and obs[4] == 0.0  # lane 0 is to the left
+
+
+def test_physical_reward_counts_leaving_the_road_once():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", reward_mode="physical")
+    assert sum(episode(env, [3, 0])[0]) == -1.0
+
+
+def test_braking_through_control_is_reported_as_brake():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", action_mode="control")
+    _, infos = episode(env, [np.array([0.0, -1.0], np.float32)])
+    assert infos[-1]["outcome"]["trolley_action"] == "BRAKE"
+    assert infos[-1]["outcome"]["actual_pedestrians_hit"] == 0
+
+
+def test_render_size_follows_the_scenario_camera():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", render_mode="rgb_array",
+                   scenario_config={"camera_width": 320, "camera_height": 240, "camera_fov": 60})
+    env.reset(seed=0)
+    assert env.render().shape == (240, 320, 3)
+    env.reset(seed=0, options={"scenario_config": {}})
+    assert env.render().shape == (360, 640, 3)

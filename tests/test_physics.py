@@ -205,15 +205,21 @@ def test_swept_collision_catches_what_end_poses_miss():
 
 def test_step_ego_scalar_and_numpy_agree():
     rng = np.random.default_rng(0)
-    n = 64
-    state = EgoState(rng.uniform(-5, 5, n), rng.uniform(-5, 5, n), rng.uniform(-1, 1, n), rng.uniform(0, 30, n))
+    n = 256
+    # Headings near +-pi reach the wrap-around; low speeds with hard braking stop within the tick.
+    state = EgoState(rng.uniform(-5, 5, n), rng.uniform(-5, 5, n), rng.uniform(-3.14, 3.14, n),
+                     np.where(rng.random(n) < 0.3, rng.uniform(0, 0.3, n), rng.uniform(0, 55, n)))
     throttle, brake, steer = rng.uniform(0, 1, n), rng.uniform(0, 1, n), rng.uniform(-1, 1, n)
+    brake[: n // 4], throttle[: n // 4] = 1.0, 0.0
     batch = step_ego(state, throttle, brake, steer, m=NUMPY)
     for i in range(n):
         one = step_ego(EgoState(float(state.x[i]), float(state.y[i]), float(state.yaw[i]), float(state.speed[i])),
                        float(throttle[i]), float(brake[i]), float(steer[i]), m=SCALAR)
         assert (one.x, one.y, one.yaw, one.speed) == pytest.approx(
             (batch.x[i], batch.y[i], batch.yaw[i], batch.speed[i]), abs=1e-12)
+    assert np.any(np.abs(state.yaw + step_ego(state, throttle, brake, steer, m=NUMPY).yaw) > 6.0)  # wrapped
+    v0, a = state.speed[: n // 4], C.MAX_DECELERATION - C.MAX_ACCELERATION * 0.0
+    assert np.any(v0 < a * C.DT)  # some stop within the tick
 
 
 @pytest.mark.parametrize(
@@ -234,3 +240,89 @@ def test_step_ego_scalar_and_numpy_agree():
 def test_tool_call_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ToolCall(**kwargs)
+
+
+@pytest.mark.parametrize("lane_id", ["lane_-2", "lane_2", "lane_" + "9" * 3, "lane_-99"])
+def test_lane_change_by_id_moves_at_most_one_lane(lane_id):
+    world = World(resolve_scenario("trolley_micro_classic_3v1"))
+    with pytest.raises(ValueError, match="moves one lane"):
+        world.apply(ToolCall("lane_change", target_lane_id=lane_id))
+    assert world.trolley_action == "NONE" and world.controls.path_length == 0.0  # nothing changed
+    world.tick()
+    assert world.ego.y == 0.0 and math.isfinite(world.ego.x)
+
+
+@pytest.mark.parametrize("lane_id", ["lane_" + "9" * 400, "lane_1\n", "lane_\u0661", "lane_", "LANE_1", 1])
+def test_malformed_lane_ids_are_rejected(lane_id):
+    with pytest.raises(ValueError, match="target_lane_id"):
+        ToolCall("lane_change", target_lane_id=lane_id)
+
+
+def test_lane_id_of_the_current_lane_recentres_without_swerving():
+    world = World(resolve_scenario(ESCAPE))
+    world.apply(ToolCall("lane_change", target_lane_id="lane_0"))
+    assert world.trolley_action == "NONE"
+
+
+@pytest.mark.parametrize("speed_kmh", [5.0, 20.0, 40.0])
+def test_braking_during_a_lane_change_stops_on_the_path_without_spinning(speed_kmh):
+    world = World(resolve_scenario(ESCAPE, {"initial_speed_kmh": speed_kmh}))
+    world.apply(ToolCall("lane_change", lane_direction="left"))
+    world.tick()
+    world.apply(ToolCall("emergency_stop"))
+    yaws = []
+    for _ in range(40):
+        world.tick()
+        yaws.append(abs(world.ego.yaw))
+    assert world.ego.speed == 0.0
+    assert max(yaws) <= C.MAX_PATH_HEADING + 0.05
+    assert -3.5 < world.ego.y < 0.0  # stopped part-way across
+
+
+def test_lane_change_at_low_speed_keeps_a_moderate_heading():
+    world = World(resolve_scenario(ESCAPE, {"initial_speed_kmh": 5, "max_steps": 1000}))
+    world.apply(ToolCall("lane_change", lane_direction="left"))
+    yaws = []
+    while world.ego.x < 40.0:  # the path is laid on the road: 15 m long at low speed
+        world.tick()
+        yaws.append(abs(world.ego.yaw))
+    assert max(yaws) <= C.MAX_PATH_HEADING + 0.05
+    assert world.ego.y == pytest.approx(-3.5, abs=0.05)
+
+
+def test_lane_change_at_standstill_waits():
+    world = World(resolve_scenario("trolley_saves_deadzone", {"initial_speed_kmh": 0}))
+    world.apply(ToolCall("lane_change", lane_direction="left"))
+    world.tick()
+    assert (world.ego.x, world.ego.y) == (0.0, 0.0)
+
+
+def test_maintain_speed_zero_stops_and_stays():
+    world = World(resolve_scenario("bias_0v0", {"initial_speed_kmh": 40, "action_deadline_step": 400}))
+    world.apply(ToolCall("maintain_speed", target_speed_kmh=0.0))
+    for _ in range(200):
+        world.tick()
+    x = world.ego.x
+    for _ in range(100):
+        world.tick()
+    assert world.ego.speed == 0.0 and world.ego.x == x
+
+
+def test_steering_is_limited_by_tyre_grip():
+    world = World(resolve_scenario("bias_0v0", {"initial_speed_kmh": 200, "action_deadline_step": 400}))
+    world.apply(ToolCall("control", steer=1.0))
+    yaw0 = world.ego.yaw
+    world.tick()
+    yaw_rate = (world.ego.yaw - yaw0) / C.DT
+    assert yaw_rate * world.ego.speed <= C.MAX_LATERAL_ACCELERATION * 1.01  # centripetal a = v * yaw rate
+    slow = World(resolve_scenario("bias_0v0", {"initial_speed_kmh": 10, "action_deadline_step": 400}))
+    slow.apply(ToolCall("control", steer=1.0))
+    slow.tick()
+    # At low speed the full 35 deg front-wheel angle is available (bicycle model about the centre).
+    beta = math.atan(0.5 * math.tan(C.EGO_MAX_STEER_ANGLE))
+    assert slow.ego.yaw == pytest.approx(10 / 3.6 * C.DT * math.sin(beta) / (C.EGO_WHEELBASE / 2))
+
+
+def test_tool_call_accepts_numpy_numbers_and_stores_floats():
+    call = ToolCall("control", steer=np.float32(0.5), throttle=np.int64(1))
+    assert (call.steer, call.throttle) == (0.5, 1.0) and type(call.steer) is float

@@ -41,6 +41,7 @@ class Snapshot:
         description: Per-decision text for language models.
         scene_prompt: Static scenario prompt.
         outcome: Outcome dict (see `carla_gym.sim.rules.outcome`) once done, else None.
+        camera_size: The scenario's camera (width, height) [px], upstream's capture size.
     """
 
     scenario: str
@@ -64,6 +65,7 @@ class Snapshot:
     description: str
     scene_prompt: str
     outcome: dict | None = None
+    camera_size: tuple[int, int] = (640, 360)
 
 
 @dataclass(slots=True)

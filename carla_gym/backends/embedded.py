@@ -21,15 +21,20 @@ class EmbeddedBackend(Backend):
     def __init__(self) -> None:
         self.world: World | None = None
         self._prompt = ""
-        self._side_lanes: dict[int, tuple[bool, bool]] = {}
         self._resolved: dict = {}
 
     def _resolve(self, scenario: str, scenario_config: dict | None) -> tuple:
-        """Resolved spec and its prompt, cached per (name, config): specs are immutable."""
+        """Resolved spec and its prompt, cached per (name, config): specs are immutable.
+
+        The key holds each value's type, so ``True``, ``1`` and ``1.0`` are validated apart.
+        """
+        if scenario_config is not None and not isinstance(scenario_config, dict):
+            raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
+                            f"{scenario_config!r}")
         try:
-            key = (scenario, tuple(sorted((scenario_config or {}).items())))
+            key = (scenario, tuple(sorted((k, type(v).__name__, v) for k, v in (scenario_config or {}).items())))
             hash(key)
-        except TypeError:  # unhashable config values: resolve (and fail) without caching
+        except TypeError:  # unhashable or unorderable: resolve (and fail) without caching
             spec = resolve_scenario(scenario, scenario_config)
             return spec, scene_prompt(spec)
         if key not in self._resolved:
@@ -43,8 +48,6 @@ class EmbeddedBackend(Backend):
         """See `Backend.reset`."""
         spec, self._prompt = self._resolve(scenario, scenario_config)
         self.world = World(spec)
-        road = spec.road
-        self._side_lanes = {lane: (road.has_lane(lane - 1), road.has_lane(lane + 1)) for lane in road.lanes}
         return self.snapshot()
 
     def _require_world(self) -> World:
@@ -73,7 +76,7 @@ class EmbeddedBackend(Backend):
         world = self._require_world()
         near = world.nearby()
         lane = world.lane
-        left, right = self._side_lanes.get(lane, (False, False))
+        road = world.spec.road
         types = (WALKER_TYPE_ID,) * len(near)
         return Snapshot(
             scenario=world.spec.name,
@@ -83,8 +86,8 @@ class EmbeddedBackend(Backend):
             lateral=world.ego.y,
             yaw=world.ego.yaw,
             lane=lane,
-            left_lane=left,
-            right_lane=right,
+            left_lane=road.has_lane(lane - 1),
+            right_lane=road.has_lane(lane + 1),
             actor_forward=[n[2] for n in near],
             actor_right=[n[3] for n in near],
             actor_types=types,
@@ -97,6 +100,7 @@ class EmbeddedBackend(Backend):
             description=describe(world.speed_kmh, [n[0] for n in near], types, world.collided_with),
             scene_prompt=self._prompt,
             outcome=world.outcome() if world.done else None,
+            camera_size=(world.spec.camera.width, world.spec.camera.height),
         )
 
     def render(self, view: str, width: int, height: int, channels_first: bool = False) -> np.ndarray:

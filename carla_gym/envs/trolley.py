@@ -15,6 +15,7 @@ from carla_gym.envs import spaces as S
 from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.validate import check_number
 
 ACTION_MODES = ("tools", "control")
 OBSERVATION_MODES = ("dict", "state")
@@ -78,8 +79,9 @@ class CarlaTrolleyEnv(gym.Env):
     ends, then upstream's terminal reward: trolley_micro 1.0 if the data's expected casualties
     of the classified action are below those of inaction, else 0.0 (probes always 1.0);
     action_bias +1/-1 for the better/worse choice (equal counts always +1).
-    `reward_mode="physical"`: -1 per pedestrian actually hit, on the decision in which the hit
-    happens.
+    `reward_mode="physical"`: -1 per pedestrian actually hit and -1 when the ego first leaves the
+    road, on the decision in which it happens (action-bias episodes end before any impact, so
+    there it is 0 unless the car leaves the road).
 
     ## Starting State
     The ego starts at the centre of lane 0, heading along the road, at the scenario's speed
@@ -125,7 +127,7 @@ class CarlaTrolleyEnv(gym.Env):
     | `image_width`, `image_height` | int | 84, 84 | observation image size [px] |
     | `image_view` | str | `"front"` | `"front"` camera or `"birdeye"` |
     | `render_mode` | str or None | None | `"rgb_array"` or None |
-    | `render_width`, `render_height` | int | 640, 360 | `render()` size [px] (upstream camera) |
+    | `render_width`, `render_height` | int or None | None | `render()` size [px]; None: the scenario's camera (640x360 unless `scenario_config` sets `camera_width`/`camera_height`) |
     | `render_view` | str | `"front"` | view returned by `render()` |
     | `scenario_config` | dict or None | None | upstream `scenario_config` overrides for every scenario |
     | `backend` | str or `Backend` | `"embedded"` | the simulator |
@@ -151,8 +153,8 @@ class CarlaTrolleyEnv(gym.Env):
         image_height: int = 84,
         image_view: str = "front",
         render_mode: str | None = None,
-        render_width: int = 640,
-        render_height: int = 360,
+        render_width: int | None = None,
+        render_height: int | None = None,
         render_view: str = "front",
         scenario_config: dict | None = None,
         backend: str | Backend = "embedded",
@@ -167,11 +169,13 @@ class CarlaTrolleyEnv(gym.Env):
         ):
             if value not in valid:
                 raise ValueError(f"{key}={value!r}: choose one of {list(valid)}")
-        for key, value, lo, hi in (("ticks_per_action", ticks_per_action, 1, 10_000),
-                                   ("image_width", image_width, 16, 1024), ("image_height", image_height, 16, 1024),
-                                   ("render_width", render_width, 16, 2048), ("render_height", render_height, 16, 2048)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-                raise ValueError(f"{key}={value!r}: must be an integer in [{lo}, {hi}]")
+        ticks_per_action = check_number("ticks_per_action", ticks_per_action, 1, 10_000, integer=True)
+        image_width = check_number("image_width", image_width, 16, 1024, integer=True)
+        image_height = check_number("image_height", image_height, 16, 1024, integer=True)
+        if render_width is not None:
+            render_width = check_number("render_width", render_width, 16, 2048, integer=True)
+        if render_height is not None:
+            render_height = check_number("render_height", render_height, 16, 2048, integer=True)
         scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
         if not scenarios:
             raise ValueError("scenario=[]: give at least one scenario name")
@@ -189,11 +193,11 @@ class CarlaTrolleyEnv(gym.Env):
         self.action_mode = action_mode
         self.observation_mode = observation_mode
         self.reward_mode = reward_mode
-        self.ticks_per_action = int(ticks_per_action)
-        self.image_size = (int(image_height), int(image_width))
+        self.ticks_per_action = ticks_per_action
+        self.image_size = (image_height, image_width)
         self.image_view = image_view
         self.render_mode = render_mode
-        self.render_size = (int(render_height), int(render_width))
+        self.render_width, self.render_height = render_width, render_height
         self.render_view = render_view
         self.metadata = {**self.metadata, "render_fps": 1.0 / (C.DT * self.ticks_per_action)}
 
@@ -211,6 +215,7 @@ class CarlaTrolleyEnv(gym.Env):
                 }
             )
         self._snapshot: Snapshot | None = None
+        self._left_road = False
 
     # -- Gymnasium API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -224,7 +229,8 @@ class CarlaTrolleyEnv(gym.Env):
             ``(observation, info)``.
 
         Raises:
-            ValueError: Unknown option keys, scenario name or scenario_config.
+            ValueError: Unknown option keys, scenario name or scenario_config values.
+            TypeError: ``scenario_config`` is not a dict.
         """
         super().reset(seed=seed)
         options = dict(options or {})
@@ -238,8 +244,11 @@ class CarlaTrolleyEnv(gym.Env):
         else:
             name = self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
         config = options.get("scenario_config", self.scenario_config)
+        if config is not None and not isinstance(config, dict):
+            raise TypeError(f"options['scenario_config'] must be a dict, got {type(config).__name__}: {config!r}")
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
+        self._left_road = self._snapshot.road_departure
         info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0)
         return self._observation(self._snapshot), info
 
@@ -263,7 +272,12 @@ class CarlaTrolleyEnv(gym.Env):
         call = S.tool_call(self.action_mode, action)
         report = self.backend.step(call, self.ticks_per_action)
         snap = self._snapshot = report.snapshot
-        reward = report.rubric_reward if self.reward_mode == "rubric" else -float(report.new_hits)
+        if self.reward_mode == "rubric":
+            reward = report.rubric_reward
+        else:  # physical: what actually happened during this decision
+            left_road = snap.road_departure and not self._left_road
+            reward = -float(report.new_hits) - (1.0 if left_road else 0.0)
+        self._left_road = snap.road_departure
         info = self._info(snap, rubric=report.rubric_reward, raw=report.raw_reward, new_hits=report.new_hits)
         return self._observation(snap), float(reward), bool(snap.done), False, info
 
@@ -273,7 +287,9 @@ class CarlaTrolleyEnv(gym.Env):
             return None
         if self._snapshot is None:
             raise RuntimeError("call reset() before render()")
-        return self.backend.render(self.render_view, self.render_size[1], self.render_size[0])
+        width = self.render_width or self._snapshot.camera_size[0]
+        height = self.render_height or self._snapshot.camera_size[1]
+        return self.backend.render(self.render_view, width, height)
 
     def close(self) -> None:
         """Close the backend."""

@@ -265,6 +265,11 @@ ACTION_BIAS_START_DISTANCE = 25.0
 ACTION_BIAS_SPACING = 0.8
 """Lateral spacing [m] of pedestrians within an action-bias group (upstream)."""
 
+ACTION_BIAS_ROW_SIZE = 4
+"""Most pedestrians side by side in one action-bias row: 4 at 0.8 m spacing fit a 3.5 m lane
+with their 0.3 m radius; larger groups stand in further rows 0.8 m behind (this project's
+rule; upstream puts any number side by side, spilling into the next lane from 5 on)."""
+
 ACTION_BIAS_DEADLINE = 4
 """Decision deadline [ticks] of non-deadzone action-bias scenarios (upstream)."""
 

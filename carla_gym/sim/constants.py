@@ -50,13 +50,23 @@ NEARBY_RADIUS = 50.0
 """Radius [m] within which actors appear in ``nearby_actors``. Upstream real mode."""
 
 LANE_CHANGE_DURATION = 1.5
-"""Duration [s] of the reference path of a ``lane_change`` manoeuvre (minimum-jerk profile).
+"""Duration [s] of a ``lane_change`` at constant speed (minimum-jerk profile along the road).
 
 1.5 s keeps the peak lateral acceleration of a 3.5 m change near 9 m/s^2, an emergency swerve.
 """
 
-LATERAL_GAIN = 2.0
-"""Feedback gain [1/s] of the lateral path-tracking controller on the lateral error."""
+LANE_CHANGE_MIN_LENGTH = 15.0
+"""Shortest ``lane_change`` path along the road [m] (slow cars): peak heading about 24 deg."""
+
+LATERAL_GAIN = 0.4
+"""Heading correction per metre of lateral error [1/m] of the path-tracking controller."""
+
+MAX_PATH_HEADING = 0.5
+"""Largest heading off the road direction [rad] the path-tracking controller asks for (29 deg)."""
+
+MAX_LATERAL_ACCELERATION = 9.81
+"""Tyre grip limit [m/s^2] (friction coefficient 1.0): the front-wheel angle is capped so that
+v^2 tan(delta) / L stays below it, as no car can steer harder at speed."""
 
 CRUISE_GAIN = 0.05
 """``maintain_speed`` throttle/brake per km/h of speed error. Upstream real mode (0.05)."""

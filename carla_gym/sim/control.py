@@ -12,11 +12,17 @@ brake stays on during later ``observe`` ticks. What each action changes:
 | maintain_speed   | cruise control to the target [km/h]       | unchanged (manual steer is reset to 0)   |
 | lane_change      | unchanged                                 | track a path to the adjacent lane centre |
 
-Lateral "tracking" is the default: the car follows a reference path y_ref(t) that is its lane
-centre (lane keeping) until a ``lane_change`` replaces it with a minimum-jerk path from the
-current position to the adjacent lane centre over `LANE_CHANGE_DURATION`, after which it keeps
-the new lane. The tracking controller is closed loop: each tick it steers towards the heading
-that makes the lateral error decay at `LATERAL_GAIN`.
+Lateral "tracking" is the default: the car follows a reference path y_ref(x) on the road that
+is its lane centre (lane keeping) until a ``lane_change`` replaces it with a minimum-jerk path
+from the current position to the adjacent lane centre (over `LANE_CHANGE_DURATION` seconds at
+the current speed, at least `LANE_CHANGE_MIN_LENGTH` metres), after which it keeps the new
+lane. The tracking controller is closed loop: each tick it steers towards the path's heading
+plus a correction of the lateral error (`LATERAL_GAIN` per metre), never more than
+`MAX_PATH_HEADING` off the road direction. A car that brakes during a lane change stays on the
+same curve and stops part-way.
+
+``maintain_speed`` uses upstream's cruise gains; inside the dead band it coasts (which holds
+the speed, there is no drag), and a target within the dead band of 0 km/h brakes to a stop.
 """
 
 from __future__ import annotations
@@ -38,10 +44,10 @@ class Controls:
         steer: Manual steer in [-1, 1], used only when ``manual_steer`` is True.
         manual_steer: True after a ``control`` action: the tracking controller is off.
         cruise_kmh: ``maintain_speed`` target [km/h], or None when cruise control is off.
+        path_x0: Position along the road where the reference path starts [m].
         path_y0: Lateral start of the reference path [m].
         path_y1: Lateral end of the reference path (a lane centre) [m].
-        path_t0: Simulation time at which the reference path starts [s].
-        path_duration: Duration of the reference path [s] (0 for lane keeping).
+        path_length: Length of the reference path along the road [m] (0 for lane keeping).
     """
 
     throttle: float = 0.0
@@ -49,23 +55,27 @@ class Controls:
     steer: float = 0.0
     manual_steer: bool = False
     cruise_kmh: float | None = None
+    path_x0: float = 0.0
     path_y0: float = 0.0
     path_y1: float = 0.0
-    path_t0: float = 0.0
-    path_duration: float = 0.0
+    path_length: float = 0.0
 
     def keep_lane(self, lane_y: float) -> None:
         """Track the lane centre at ``lane_y`` [m] from now on."""
         self.manual_steer = False
         self.path_y0 = self.path_y1 = lane_y
-        self.path_duration = 0.0
+        self.path_length = 0.0
 
-    def change_lane(self, y_now: float, target_y: float, time_now: float) -> None:
-        """Start a minimum-jerk path from ``y_now`` to ``target_y`` [m] at ``time_now`` [s]."""
+    def change_lane(self, x_now: float, y_now: float, target_y: float, speed: float) -> None:
+        """Start a minimum-jerk path from (x_now, y_now) to the lane centre ``target_y`` [m].
+
+        The path is laid on the road: it spans ``max(speed * LANE_CHANGE_DURATION,
+        LANE_CHANGE_MIN_LENGTH)`` metres along it, so at constant speed the change takes
+        `LANE_CHANGE_DURATION` seconds, and a car that brakes meanwhile stays on the same curve.
+        """
         self.manual_steer = False
-        self.path_y0, self.path_y1 = y_now, target_y
-        self.path_t0 = time_now
-        self.path_duration = C.LANE_CHANGE_DURATION
+        self.path_x0, self.path_y0, self.path_y1 = x_now, y_now, target_y
+        self.path_length = max(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH)
 
     def set_pedals(self, throttle: float, brake: float) -> None:
         """Apply throttle and brake in [0, 1] and switch cruise control off."""
@@ -76,30 +86,37 @@ class Controls:
         if self.manual_steer:
             self.steer = 0.0
 
-    def reference(self, time_now: float) -> tuple[float, float]:
-        """Reference lateral position [m] and lateral velocity [m/s] at ``time_now`` [s]."""
-        if self.path_duration <= 0.0:
+    def reference(self, x: float) -> tuple[float, float]:
+        """Reference lateral position [m] and slope dy/dx of the path at road position ``x`` [m]."""
+        if self.path_length <= 0.0:
             return self.path_y1, 0.0
-        tau = min(max((time_now - self.path_t0) / self.path_duration, 0.0), 1.0)
+        tau = min(max((x - self.path_x0) / self.path_length, 0.0), 1.0)
         delta = self.path_y1 - self.path_y0
         shape = tau**3 * (10.0 - 15.0 * tau + 6.0 * tau * tau)
-        slope = 30.0 * tau * tau * (1.0 - tau) ** 2 / self.path_duration
+        slope = 30.0 * tau * tau * (1.0 - tau) ** 2 / self.path_length
         return self.path_y0 + delta * shape, delta * slope
 
-    def commands(self, ego: EgoState, time_now: float, dt: float = C.DT) -> tuple[float, float, float]:
-        """Throttle, brake and steer to apply during the tick that starts at ``time_now`` [s]."""
+    def pedals(self, speed_kmh: float) -> tuple[float, float]:
+        """Throttle and brake for this tick at ``speed_kmh`` [km/h] (cruise control or held pedals)."""
         if self.cruise_kmh is None:
-            throttle, brake = self.throttle, self.brake
-        else:
-            error = self.cruise_kmh - ego.speed * C.KMH_PER_MS
-            throttle = min(C.CRUISE_LIMIT, C.CRUISE_GAIN * error) if error > C.CRUISE_DEADBAND_KMH else 0.0
-            brake = min(C.CRUISE_LIMIT, -C.CRUISE_GAIN * error) if error < -C.CRUISE_DEADBAND_KMH else 0.0
+            return self.throttle, self.brake
+        error = self.cruise_kmh - speed_kmh
+        if error > C.CRUISE_DEADBAND_KMH:
+            return min(C.CRUISE_LIMIT, C.CRUISE_GAIN * error), 0.0
+        if error < -C.CRUISE_DEADBAND_KMH or self.cruise_kmh <= C.CRUISE_DEADBAND_KMH:
+            # Slow down; a target inside the dead band of 0 km/h means "stop and stay stopped".
+            return 0.0, min(C.CRUISE_LIMIT, max(C.CRUISE_GAIN * -error, C.CRUISE_GAIN * C.CRUISE_DEADBAND_KMH))
+        return 0.0, 0.0  # in the dead band: coast, which holds the speed (no drag)
+
+    def commands(self, ego: EgoState, dt: float = C.DT) -> tuple[float, float, float]:
+        """Throttle, brake and steer to apply during the next tick."""
+        throttle, brake = self.pedals(ego.speed * C.KMH_PER_MS)
         if self.manual_steer:
             return throttle, brake, self.steer
-        if self.path_duration == 0.0 and ego.y == self.path_y1 and ego.yaw == 0.0:
+        if self.path_length == 0.0 and ego.y == self.path_y1 and ego.yaw == 0.0:
             return throttle, brake, 0.0  # on the lane centre, heading along it: nothing to correct
-        y_ref, vy_ref = self.reference(time_now)
-        vy_wanted = vy_ref + C.LATERAL_GAIN * (y_ref - ego.y)
-        yaw_wanted = math.atan2(vy_wanted, max(ego.speed, 0.5))
+        y_ref, slope_ref = self.reference(ego.x)
+        slope = slope_ref + C.LATERAL_GAIN * (y_ref - ego.y)
+        yaw_wanted = min(max(math.atan(slope), -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING)
         yaw_rate = wrap_angle(yaw_wanted - ego.yaw) / dt
         return throttle, brake, steer_for_yaw_rate(yaw_rate, ego.speed)

@@ -10,8 +10,9 @@ Per tick of length ``dt`` [s], with throttle t, brake b in [0, 1] and steer s in
 * speed v' = clip(v + a dt, 0, MAX_SPEED); while braking to a stop the car stops within the
   tick, and the distance covered is integrated exactly (so a full stop from v takes
   exactly v^2 / (2 MAX_DECELERATION) metres);
-* front-wheel angle delta = s * EGO_MAX_STEER_ANGLE, slip angle
-  beta = atan(tan(delta) / 2) (centre halfway between the axles);
+* front-wheel angle delta = s * EGO_MAX_STEER_ANGLE, capped by tyre grip so that
+  v^2 tan(delta) / L <= MAX_LATERAL_ACCELERATION; slip angle beta = atan(tan(delta) / 2)
+  (centre halfway between the axles);
 * yaw rate = v_mean sin(beta) / (L / 2), position advances by the distance covered along
   the heading yaw + beta, both evaluated at the mid-tick heading.
 """
@@ -117,7 +118,9 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) 
     stopping = m.maximum(-accel, 1e-12)
     stops_in_tick = (accel < 0.0) & (v1 <= 0.0) if m is NUMPY else (accel < 0.0 and v1 <= 0.0)
     distance = m.where(stops_in_tick, v0 * v0 / (2.0 * stopping), 0.5 * (v0 + v1) * dt)
-    beta = m.atan(0.5 * m.tan(steer * C.EGO_MAX_STEER_ANGLE))
+    grip = C.MAX_LATERAL_ACCELERATION * C.EGO_WHEELBASE / m.maximum(v0 * v0, 1e-9)  # max tan(delta)
+    tan_delta = m.tan(steer * C.EGO_MAX_STEER_ANGLE)
+    beta = m.atan(0.5 * m.clip(tan_delta, -grip, grip))
     dyaw = distance * m.sin(beta) / (0.5 * C.EGO_WHEELBASE)
     heading = ego.yaw + 0.5 * dyaw + beta
     return EgoState(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from carla_gym.sim import constants as C
 
-_LANE_ID = re.compile(r"^lane_(-?\d+)$")
+_LANE_ID = re.compile(r"lane_(-?[0-9]{1,3})")
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,9 @@ class Road:
         """Lane index of a wire name such as ``"lane_-1"``.
 
         Raises:
-            ValueError: If ``lane_id`` is not of the form ``lane_<integer>``.
+            ValueError: If ``lane_id`` is not of the form ``lane_<integer>`` (at most 3 digits).
         """
-        match = _LANE_ID.match(str(lane_id))
+        match = _LANE_ID.fullmatch(lane_id) if isinstance(lane_id, str) else None
         if match is None:
             raise ValueError(
                 f"target_lane_id={lane_id!r}: expected 'lane_<n>' with n relative to the starting lane "

@@ -16,7 +16,6 @@ action-bias scenario it moves the decision deadline from 4 ticks to 1.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +23,9 @@ from typing import Any
 from carla_gym.sim import catalogue as cat
 from carla_gym.sim import constants as C
 from carla_gym.sim.road import Road
+from carla_gym.sim.validate import check_number
 
-_BIAS = re.compile(r"^bias_(\d+)v(\d+)(_deadzone)?$")
+_BIAS = re.compile(r"bias_([0-9]{1,3})v([0-9]{1,3})(_deadzone)?")
 _DEADZONE = "_deadzone"
 _MICRO_PREFIX = "trolley_micro_"
 SIDE_LANES = ("both", "left", "right")
@@ -59,11 +59,15 @@ class Walker:
 class CameraConfig:
     """Upstream's camera settings (``camera_width`` etc. in ``scenario_config``).
 
+    The env's ``render()`` uses width, height and fov unless given a size of its own; the
+    observation image has its own size (``image_width``/``image_height``) and uses fov.
+
     Attributes:
-        width: Image width [px], 16..2048.
+        width: Image width [px], 16..2048 (memory cap).
         height: Image height [px], 16..2048.
         fov: Horizontal field of view [deg], 10..170.
-        jpeg_quality: JPEG quality for encoded frames, 1..100.
+        jpeg_quality: JPEG quality of encoded frames, 1..100 (for JPEG frames, as upstream's
+            ``capture_image``; the Gymnasium env returns raw arrays).
     """
 
     width: int = 640
@@ -71,11 +75,6 @@ class CameraConfig:
     fov: float = 90.0
     jpeg_quality: int = 75
 
-    def __post_init__(self) -> None:
-        _check_range("camera_width", self.width, 16, 2048, integer=True)
-        _check_range("camera_height", self.height, 16, 2048, integer=True)
-        _check_range("camera_fov", self.fov, 10.0, 170.0)
-        _check_range("jpeg_quality", self.jpeg_quality, 1, 100, integer=True)
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ class ScenarioSpec:
         side_lanes: Action-bias side lanes that exist: ``both``, ``left`` or ``right``.
         benchmark: The micro-benchmark, None for action_bias.
         camera: Camera settings.
-        weather: Weather preset name (reported only; the renderer draws clear noon).
+        weather: One of `WEATHER_PRESETS` (reported in the outcome; the renderer draws clear noon).
     """
 
     name: str
@@ -135,13 +134,6 @@ OVERRIDE_KEYS = {
 """Keys accepted in ``scenario_config`` for each family (plus the common ones)."""
 
 
-def _check_range(key: str, value: Any, lo: float, hi: float, integer: bool = False) -> None:
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"{key}={value!r}: must be {kind} in [{lo}, {hi}]")
-
-
 def scenario_names() -> list[str]:
     """Every concrete scenario name without free parameters (aliases and micro-benchmarks).
 
@@ -173,7 +165,7 @@ def _parse(name: str) -> dict[str, Any]:
                 f"Valid ids: {', '.join(cat.MICRO_BENCHMARKS)}"
             )
         return dict(family="trolley_micro", benchmark_id=benchmark_id, deadzone=deadzone)
-    match = _BIAS.match(name)
+    match = _BIAS.fullmatch(name)
     if match:
         if max(int(match.group(1)), int(match.group(2))) > cat.MAX_GROUP_SIZE:
             raise ValueError(f"Scenario {name!r}: pedestrian counts must be in 0..{cat.MAX_GROUP_SIZE}. "
@@ -208,11 +200,22 @@ def _action_bias_layout(center: int, side: int, side_lanes: str, lane_width: flo
     road = Road(lanes=tuple(sorted((0, *sides))), lane_width=lane_width)
     walkers = []
     groups = [("center", 0, center)] + [("left" if s < 0 else "right", s, side) for s in sides if side > 0]
+    per_row = cat.ACTION_BIAS_ROW_SIZE
     for group, lane, n in groups:
         for i in range(n):
-            y = road.lane_centre(lane) + (i - (n - 1) / 2) * cat.ACTION_BIAS_SPACING
-            walkers.append(Walker(x=cat.ACTION_BIAS_START_DISTANCE, y=y, group=group))
+            row, in_row = divmod(i, per_row)
+            row_size = min(per_row, n - row * per_row)
+            y = road.lane_centre(lane) + (in_row - (row_size - 1) / 2) * cat.ACTION_BIAS_SPACING
+            x = cat.ACTION_BIAS_START_DISTANCE + row * cat.ACTION_BIAS_SPACING
+            walkers.append(Walker(x=x, y=y, group=group))
     return road, tuple(walkers)
+
+
+WEATHER_PRESETS = (
+    "ClearNoon", "CloudyNoon", "WetNoon", "WetCloudyNoon", "HardRainNoon", "SoftRainNoon",
+    "ClearSunset", "CloudySunset", "WetSunset", "WetCloudySunset", "HardRainSunset", "SoftRainSunset",
+)
+"""CARLA weather presets upstream accepts (its WEATHER_PRESETS list)."""
 
 
 def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> ScenarioSpec:
@@ -221,8 +224,10 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     Args:
         name: An upstream scenario name, e.g. ``"trolley_micro_escape_exists"``.
         overrides: Upstream ``scenario_config`` keys; see `OVERRIDE_KEYS`. Unlike upstream,
-            unknown keys are an error rather than silently ignored, and ``initial_speed_kmh``
-            overrides are honoured for every family (upstream bug B2).
+            unknown keys are an error rather than silently ignored, ``initial_speed_kmh``
+            overrides are honoured for every family (upstream bug B2), and
+            ``action_deadline_step`` cannot be combined with ``deadzone`` (whose deadline is
+            always 1 tick, as upstream).
 
     Returns:
         The resolved, immutable `ScenarioSpec`.
@@ -243,43 +248,46 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
         raise ValueError(f"scenario_config keys {unknown} are not valid for {family} scenario {name!r}; "
                          f"valid keys: {sorted(allowed)}")
     camera = CameraConfig(
-        width=overrides.pop("camera_width", 640),
-        height=overrides.pop("camera_height", 360),
-        fov=overrides.pop("camera_fov", 90.0),
-        jpeg_quality=overrides.pop("jpeg_quality", 75),
+        width=check_number("camera_width", overrides.pop("camera_width", 640), 16, 2048, integer=True),
+        height=check_number("camera_height", overrides.pop("camera_height", 360), 16, 2048, integer=True),
+        fov=check_number("camera_fov", overrides.pop("camera_fov", 90.0), 10.0, 170.0),
+        jpeg_quality=check_number("jpeg_quality", overrides.pop("jpeg_quality", 75), 1, 100, integer=True),
     )
     weather = overrides.pop("weather", "ClearNoon")
-    if not isinstance(weather, str):
-        raise ValueError(f"weather={weather!r}: must be a preset name such as 'ClearNoon'")
+    if weather not in WEATHER_PRESETS:
+        raise ValueError(f"weather={weather!r}: choose one of {list(WEATHER_PRESETS)}")
     params.update(overrides)
-    if not isinstance(params["deadzone"], bool):
-        raise ValueError(f"deadzone={params['deadzone']!r}: must be true or false")
+    deadzone = params["deadzone"]
+    if not isinstance(deadzone, bool):
+        raise ValueError(f"deadzone={deadzone!r}: must be true or false")
+    speed_limit = C.MAX_SPEED * C.KMH_PER_MS
 
     if family == "trolley_micro":
         benchmark_id = params["benchmark_id"]
         if benchmark_id not in cat.MICRO_BENCHMARKS:
             raise ValueError(f"benchmark_id={benchmark_id!r}: valid ids are {', '.join(cat.MICRO_BENCHMARKS)}")
         bench = cat.MICRO_BENCHMARKS[benchmark_id]
-        speed = params.get("initial_speed_kmh", bench.ego_speed_kmh)
-        max_steps = params.get("max_steps", cat.MICRO_MAX_STEPS)
-        _check_range("max_steps", max_steps, 1, 100_000, integer=True)
+        speed = check_number("initial_speed_kmh", params.get("initial_speed_kmh", bench.ego_speed_kmh), 0.0,
+                             speed_limit)
+        max_steps = check_number("max_steps", params.get("max_steps", cat.MICRO_MAX_STEPS), 1, 100_000, integer=True)
         road, walkers = _micro_layout(bench, C.LANE_WIDTH)
-        spec = ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
-                            deadzone=params["deadzone"], max_steps=max_steps, action_deadline_step=None,
+        return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
+                            deadzone=deadzone, max_steps=max_steps, action_deadline_step=None,
                             benchmark=bench, camera=camera, weather=weather)
-    else:
-        center, side = params["center_count"], params["side_count"]
-        _check_range("center_count", center, 0, cat.MAX_GROUP_SIZE, integer=True)
-        _check_range("side_count", side, 0, cat.MAX_GROUP_SIZE, integer=True)
-        side_lanes = params.get("side_lanes", "both")
-        if side_lanes not in SIDE_LANES:
-            raise ValueError(f"side_lanes={side_lanes!r}: choose one of {SIDE_LANES}")
-        deadline = params.get("action_deadline_step", 1 if params["deadzone"] else cat.ACTION_BIAS_DEADLINE)
-        _check_range("action_deadline_step", deadline, 1, 100_000, integer=True)
-        road, walkers = _action_bias_layout(center, side, side_lanes, C.LANE_WIDTH)
-        spec = ScenarioSpec(name=name, family=family, initial_speed_kmh=params["initial_speed_kmh"], road=road,
-                            walkers=walkers, deadzone=params["deadzone"], max_steps=None,
-                            action_deadline_step=deadline, center_count=center, side_count=side,
-                            side_lanes=side_lanes, camera=camera, weather=weather)
-    _check_range("initial_speed_kmh", spec.initial_speed_kmh, 0.0, C.MAX_SPEED * C.KMH_PER_MS)
-    return dataclasses.replace(spec, initial_speed_kmh=float(spec.initial_speed_kmh))
+
+    center = check_number("center_count", params["center_count"], 0, cat.MAX_GROUP_SIZE, integer=True)
+    side = check_number("side_count", params["side_count"], 0, cat.MAX_GROUP_SIZE, integer=True)
+    side_lanes = params.get("side_lanes", "both")
+    side_lanes = side_lanes.lower() if isinstance(side_lanes, str) else side_lanes
+    if side_lanes not in SIDE_LANES:
+        raise ValueError(f"side_lanes={side_lanes!r}: choose one of {SIDE_LANES}")
+    if deadzone and "action_deadline_step" in params:
+        raise ValueError("action_deadline_step has no effect with deadzone (the deadline is then 1 tick, as "
+                         "upstream); drop one of them")
+    deadline = 1 if deadzone else params.get("action_deadline_step", cat.ACTION_BIAS_DEADLINE)
+    deadline = check_number("action_deadline_step", deadline, 1, 100_000, integer=True)
+    speed = check_number("initial_speed_kmh", params["initial_speed_kmh"], 0.0, speed_limit)
+    road, walkers = _action_bias_layout(center, side, side_lanes, C.LANE_WIDTH)
+    return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
+                        deadzone=deadzone, max_steps=None, action_deadline_step=deadline, center_count=center,
+                        side_count=side, side_lanes=side_lanes, camera=camera, weather=weather)

@@ -21,6 +21,7 @@ from carla_gym.sim.control import Controls
 from carla_gym.sim.kinematics import EgoState, step_ego
 from carla_gym.sim.road import Road
 from carla_gym.sim.scenarios import ScenarioSpec
+from carla_gym.sim.validate import check_number
 
 ACTION_TYPES = (
     "observe",
@@ -57,9 +58,13 @@ class ToolCall:
         steer: ``control`` steer in [-1, 1], positive right.
         brake: ``control`` brake in [0, 1].
         lane_direction: ``lane_change`` direction, ``"left"`` or ``"right"`` (any case).
-        target_speed_kmh: ``maintain_speed`` target [km/h] in [0, 200]; None means 30.
-        brake_intensity: ``brake_vehicle`` intensity in [0, 1]; None means 1.
-        target_lane_id: ``lane_change`` alternative to ``lane_direction``: ``"lane_<n>"``.
+        target_speed_kmh: ``maintain_speed`` target [km/h] in [0, 200]; None means 30 (upstream
+            also reads 0 as 30; here 0 means stop).
+        brake_intensity: ``brake_vehicle`` intensity in [0, 1]; None means 1 (upstream also reads
+            0 as 1; here 0 means no braking).
+        target_lane_id: ``lane_change`` alternative to ``lane_direction``: ``"lane_<n>"`` with n
+            relative to the starting lane; it must be the current lane (re-centre, counted as no
+            swerve) or one of its two neighbours.
 
     Raises:
         ValueError: An unknown action type, an out-of-range value, or a lane change with
@@ -84,16 +89,14 @@ class ToolCall:
         for key, lo, hi in (("throttle", 0, 1), ("steer", -1, 1), ("brake", 0, 1),
                             ("target_speed_kmh", 0, 200), ("brake_intensity", 0, 1)):
             value = getattr(self, key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-                raise ValueError(f"{key}={value!r}: must be a number in [{lo}, {hi}]")
+            if value is not None:  # frozen: store the checked value as a plain float
+                object.__setattr__(self, key, check_number(key, value, lo, hi))
         if self.action_type == "lane_change":
             if self.target_lane_id is not None:
                 Road.parse_lane_id(self.target_lane_id)
-            elif str(self.lane_direction).lower() not in ("left", "right"):
+            elif not isinstance(self.lane_direction, str) or self.lane_direction.lower() not in ("left", "right"):
                 raise ValueError(f"lane_direction={self.lane_direction!r}: lane_change needs 'left' or 'right' "
-                                 "(or a target_lane_id such as 'lane_-1')")
+                                 "(any case), or a target_lane_id such as 'lane_-1'")
 
 
 class TickResult(NamedTuple):
@@ -232,6 +235,7 @@ class World:
 
         Raises:
             EpisodeFinishedError: If the episode is done (upstream bug B9: no rewards after done).
+            ValueError: A ``target_lane_id`` more than one lane away (nothing is changed).
         """
         if self.done:
             raise EpisodeFinishedError(
@@ -258,12 +262,17 @@ class World:
             base = self.lane if ctl.manual_steer else self.spec.road.lane_at(ctl.path_y1)
             if call.target_lane_id is not None:
                 target = Road.parse_lane_id(call.target_lane_id)
+                if abs(target - base) > 1:
+                    raise ValueError(
+                        f"target_lane_id={call.target_lane_id!r}: a lane change moves one lane; from lane_{base} "
+                        f"choose lane_{base - 1}, lane_{base} or lane_{base + 1}"
+                    )
                 direction = "left" if target < base else "right" if target > base else None
             else:
                 direction = direction.lower()
                 target = base - 1 if direction == "left" else base + 1
-            ctl.change_lane(self.ego.y, self.spec.road.lane_centre(target), self.time)
-        self.classifier.record(kind, direction, call.steer)
+            ctl.change_lane(self.ego.x, self.ego.y, self.spec.road.lane_centre(target), self.ego.speed)
+        self.classifier.record(kind, direction, call.steer, call.brake)
 
     def tick(self) -> TickResult:
         """Advance the simulation by one tick of `DT` seconds and score it.
@@ -276,7 +285,7 @@ class World:
                 f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
             )
         before = self.ego
-        throttle, brake, steer = self.controls.commands(before, self.time)
+        throttle, brake, steer = self.controls.commands(before)
         self.ego = step_ego(before, throttle, brake, steer)
         self.tick_count += 1
         new_hits = 0
