@@ -207,9 +207,16 @@ class World:
         Returns:
             ``(distance [m], index, forward [m], right [m])`` tuples.
         """
-        forward, right = self.walker_offsets()
-        near = [(math.hypot(f, r), i, f, r) for i, (f, r) in enumerate(zip(forward, right, strict=True))]
-        return sorted(entry for entry in near if entry[0] <= C.NEARBY_RADIUS)
+        ex, ey = self.ego.x, self.ego.y
+        c, s = math.cos(self.ego.yaw), math.sin(self.ego.yaw)
+        near = []
+        for i, (x, y) in enumerate(zip(self.walker_x, self.walker_y, strict=True)):
+            dx, dy = x - ex, y - ey
+            d = math.hypot(dx, dy)
+            if d <= C.NEARBY_RADIUS:
+                near.append((d, i, dx * c + dy * s, dy * c - dx * s))
+        near.sort()
+        return near
 
     def nearby_actors(self) -> list[dict]:
         """Actors within `NEARBY_RADIUS`, nearest first, in upstream's format.
