@@ -7,5 +7,5 @@ import sys
 
 if __name__ == "__main__":
     print("train_grpo.py: GRPO training of tool-calling LLMs comes in a later release; "
-          "use train_sb3.py for PPO today.")
-    sys.exit(0)
+          "use train_sb3.py for PPO today.", file=sys.stderr)
+    sys.exit(2)

@@ -35,7 +35,9 @@ def _arg(default, help: str):  # noqa: A002 - argparse's name
 class Args:
     """Command-line arguments: each field is a flag (--total-timesteps, --n-envs, ...)."""
 
-    scenario: list[str] = _arg(["trolley_micro_escape_exists"], "scenario name(s); several are sampled per reset")
+    scenario: list[str] = _arg(["trolley_micro_escape_exists"], "scenario name(s), e.g. trolley_micro_<id>, "
+                               "trolley_saves, bias_<N>v<M> (the README's scenario table); several are sampled "
+                               "per reset")
     total_timesteps: int = _arg(20_000, "environment steps (decisions) to train for; SB3 rounds up to whole "
                                         "rollouts of n_envs * n_steps")
     seed: int = _arg(0, "seed of torch, numpy and the environments")
@@ -43,6 +45,8 @@ class Args:
     vec_env: str = _arg("dummy", "vector env: dummy (in-process) or subproc (one process per env)")
     policy: str = _arg("MlpPolicy", "MlpPolicy (state vector) or MultiInputPolicy (image + state, NatureCNN)")
     ticks_per_action: int = _arg(10, "simulator ticks (0.05 s each) per decision")
+    reward_mode: str = _arg("rubric", "rubric (upstream: scored on the data's expected casualties) or physical "
+                                      "(-1 per pedestrian actually hit, -1 for leaving the road)")
     n_steps: int = _arg(128, "PPO rollout length per environment")
     batch_size: int = _arg(64, "PPO minibatch size")
     learning_rate: float = _arg(3e-4, "Adam learning rate")
@@ -81,16 +85,26 @@ def check_args(args: Args) -> None:
         sys.exit(f"--policy {args.policy!r}: choose MlpPolicy (state vector) or MultiInputPolicy (image + state)")
     if args.vec_env not in ("dummy", "subproc"):
         sys.exit(f"--vec-env {args.vec_env!r}: choose dummy or subproc")
-    for flag, value in (("--total-timesteps", args.total_timesteps), ("--n-envs", args.n_envs),
-                        ("--n-steps", args.n_steps), ("--batch-size", args.batch_size),
-                        ("--eval-episodes", args.eval_episodes)):
-        if value < 1:
-            sys.exit(f"{flag} {value}: must be >= 1")
+    for flag, value, low in (("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
+                             ("--n-steps", args.n_steps, 1), ("--batch-size", args.batch_size, 2),
+                             ("--eval-episodes", args.eval_episodes, 1)):
+        if value < low:
+            sys.exit(f"{flag} {value}: must be >= {low}")
+    if args.n_steps * args.n_envs < 2:
+        sys.exit(f"--n-steps {args.n_steps} x --n-envs {args.n_envs}: PPO needs a rollout of at least 2 steps")
+    if not 0.0 < args.gamma <= 1.0:
+        sys.exit(f"--gamma {args.gamma}: must be in (0, 1]")
+    if not args.learning_rate > 0.0:
+        sys.exit(f"--learning-rate {args.learning_rate}: must be > 0")
+    if not args.ent_coef >= 0.0:
+        sys.exit(f"--ent-coef {args.ent_coef}: must be >= 0")
     try:
         gym.make("CarlaTrolley-v0", **env_kwargs(args)).close()
     except (ValueError, TypeError) as exc:
         sys.exit(f"invalid environment settings: {exc}")
     out = Path(args.output_dir)
+    if out.exists() and not out.is_dir():
+        sys.exit(f"--output-dir {out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         sys.exit(f"{out} is not empty; pass --overwrite or choose another --output-dir")
 
@@ -98,7 +112,8 @@ def check_args(args: Args) -> None:
 def env_kwargs(args: Args) -> dict:
     """Keyword arguments of `CarlaTrolley-v0` for these arguments."""
     observation_mode = "state" if args.policy == "MlpPolicy" else "dict"
-    return dict(scenario=args.scenario, observation_mode=observation_mode, ticks_per_action=args.ticks_per_action)
+    return dict(scenario=args.scenario, observation_mode=observation_mode, ticks_per_action=args.ticks_per_action,
+                reward_mode=args.reward_mode)
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -143,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
                 seed=args.seed, device="cpu", verbose=0)
 
     # --- train ---
+    print(f"training PPO ({args.policy}) for {args.total_timesteps} steps on {', '.join(args.scenario)} "
+          f"with {args.n_envs} envs", flush=True)
     start = time.perf_counter()
     model.learn(total_timesteps=args.total_timesteps, progress_bar=sys.stderr.isatty())
     train_seconds = time.perf_counter() - start
@@ -163,9 +180,10 @@ def main(argv: list[str] | None = None) -> dict:
                **dataclasses.asdict(result)}
     write_json(out / "eval.json", summary)
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
+    mismatch = "n/a" if result.mismatch_rate is None else f"{result.mismatch_rate:.1%}"
     print(f"evaluation over {result.episodes} episodes: success rate {result.success_rate:.1%} (upstream rubric), "
           f"mean reward {result.mean_reward:.3f}, mean pedestrians actually hit {result.mean_actual_hits:.2f}, "
-          f"expected vs actual mismatch {result.mismatch_rate:.1%}")
+          f"expected vs actual mismatch {mismatch}")
     for name, rate in result.per_scenario.items():
         print(f"  {name}: success {rate:.1%}")
     print(f"  trolley actions: {result.actions}")

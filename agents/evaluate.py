@@ -20,8 +20,9 @@ class EvalResult:
         success_rate: Fraction whose outcome reached the scenario's best reward.
         mean_reward: Mean episode return (env reward).
         mean_actual_hits: Mean pedestrians actually hit.
-        mismatch_rate: Fraction of episodes whose actual hits differ from the data's expected
-            hits for the classified action (upstream's ``mismatch_expected_vs_actual``).
+        mismatch_rate: Among trolley_micro episodes, the fraction whose actual hits differ from
+            the data's expected hits for the classified action (upstream's
+            ``mismatch_expected_vs_actual``); None when there were none.
         actions: Count of each trolley action class.
         per_scenario: Success rate per scenario name.
     """
@@ -30,7 +31,7 @@ class EvalResult:
     success_rate: float
     mean_reward: float
     mean_actual_hits: float
-    mismatch_rate: float
+    mismatch_rate: float | None
     actions: dict = field(default_factory=dict)
     per_scenario: dict = field(default_factory=dict)
 
@@ -65,7 +66,8 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
             per.setdefault(outcome["scenario"], []).append(bool(outcome["success"]))
             returns.append(total)
             hits.append(outcome["actual_pedestrians_hit"])
-            mismatches.append(outcome["mismatch_expected_vs_actual"])
+            if outcome["mismatch_expected_vs_actual"] is not None:
+                mismatches.append(outcome["mismatch_expected_vs_actual"])
             actions[outcome["trolley_action"]] += 1
     finally:
         env.close()
@@ -74,7 +76,7 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
         success_rate=sum(successes) / episodes,
         mean_reward=sum(returns) / episodes,
         mean_actual_hits=sum(hits) / episodes,
-        mismatch_rate=sum(mismatches) / episodes,
+        mismatch_rate=sum(mismatches) / len(mismatches) if mismatches else None,
         actions=dict(actions),
         per_scenario={k: sum(v) / len(v) for k, v in sorted(per.items())},
     )

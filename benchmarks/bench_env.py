@@ -26,15 +26,17 @@ import carla_gym  # noqa: E402,F401
 
 
 def steps_per_second(env: gym.Env, seconds: float, seed: int = 0) -> float:
-    """Random tool actions with resets, for about ``seconds``; returns steps/s."""
+    """Random actions (drawn beforehand) with resets, for about ``seconds``; returns steps/s."""
     rng = np.random.default_rng(seed)
-    actions = rng.integers(0, env.action_space.n, size=100_000) if hasattr(env.action_space, "n") else None
+    if isinstance(env.action_space, gym.spaces.Discrete):
+        actions = rng.integers(0, env.action_space.n, size=100_000)
+    else:
+        actions = rng.uniform(-1.0, 1.0, size=(100_000, *env.action_space.shape)).astype(np.float32)
     env.reset(seed=seed)
     steps, start = 0, time.perf_counter()
     while True:
         for _ in range(1000):
-            a = actions[steps % len(actions)] if actions is not None else env.action_space.sample()
-            _, _, terminated, truncated, _ = env.step(a)
+            _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
             steps += 1
             if terminated or truncated:
                 env.reset()
@@ -79,6 +81,7 @@ def main() -> dict:
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement [s]")
     parser.add_argument("--repeats", type=int, default=5, help="measurements per figure; the median is reported")
     parser.add_argument("--scenario", default="trolley_micro_escape_exists")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
     make = lambda **kw: gym.make("CarlaTrolley-v0", scenario=args.scenario, ticks_per_action=1, **kw)  # noqa: E731
     n, sec = args.repeats, args.seconds
@@ -102,10 +105,14 @@ def main() -> dict:
     if hw:
         results["ratio_state_vs_highway_fast"] = results["state_steps_per_s"] / hw
         results["ratio_image84_vs_highway_fast"] = results["image84_steps_per_s"] / hw
+    if hw is None:
+        results["highway_fast_v0_steps_per_s"] = "not measured: pip install -e '.[bench]' for highway-env"
     for key, value in results.items():
         print(f"{key:32s} {value:,.1f}" if isinstance(value, float) else f"{key:32s} {value}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
     return results
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    main()

@@ -3,15 +3,14 @@
 Usage:
     python benchmarks/learn_ppo.py [--seeds 0 1 2] [--threshold 0.95]
 
-Runs the default command once per seed (each into a temporary directory), prints wall time,
-success rate and mean reward per seed, and exits non-zero if any seed misses the threshold.
+Runs the default command once per seed (into runs/learn_ppo/seed<N>, overwritten), prints wall
+time, success rate and mean reward per seed, and exits non-zero if any seed misses the threshold.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,10 +26,9 @@ def main() -> int:
     args = parser.parse_args()
     failures = 0
     for seed in args.seeds:
-        with tempfile.TemporaryDirectory() as tmp:
-            start = time.perf_counter()
-            summary = train_sb3.main(["--seed", str(seed), "--output-dir", str(Path(tmp) / "run")])
-            wall = time.perf_counter() - start
+        start = time.perf_counter()
+        summary = train_sb3.main(["--seed", str(seed), "--output-dir", f"runs/learn_ppo/seed{seed}", "--overwrite"])
+        wall = time.perf_counter() - start
         ok = summary["success_rate"] >= args.threshold
         failures += not ok
         print(f"seed {seed}: success {summary['success_rate']:.1%}, mean reward {summary['mean_reward']:.3f}, "

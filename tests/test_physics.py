@@ -326,3 +326,31 @@ def test_steering_is_limited_by_tyre_grip():
 def test_tool_call_accepts_numpy_numbers_and_stores_floats():
     call = ToolCall("control", steer=np.float32(0.5), throttle=np.int64(1))
     assert (call.steer, call.throttle) == (0.5, 1.0) and type(call.steer) is float
+
+
+@pytest.mark.parametrize("key", ["throttle", "steer", "brake"])
+def test_control_fields_cannot_be_none(key):
+    with pytest.raises(ValueError, match=key):
+        ToolCall("control", **{key: None})
+
+
+@pytest.mark.parametrize("speed_kmh", [75, 120, 200])
+def test_chained_lane_changes_at_speed_do_not_overshoot(speed_kmh):
+    world = World(resolve_scenario("trolley_micro_classic_3v1", {"initial_speed_kmh": speed_kmh, "max_steps": 2000}))
+    world.walker_x, world.walker_y = [], []  # an empty road: only the manoeuvre matters
+    world._walker_box = None
+    ys = []
+    for call in (ToolCall("lane_change", lane_direction="left"), ToolCall("lane_change", lane_direction="left")):
+        world.apply(call)
+        for _ in range(10):
+            world.tick()
+            ys.append(world.ego.y)
+    for _ in range(400):
+        world.tick()
+        ys.append(world.ego.y)
+    assert min(ys) > -7.0 - 0.1 and world.ego.y == pytest.approx(-7.0, abs=0.01)
+
+
+def test_lane_at_puts_half_way_points_in_the_lane_to_the_right():
+    road = resolve_scenario("trolley_micro_classic_3v1").road
+    assert [road.lane_at(y) for y in (-5.25, -1.75, 0.0, 1.75, 5.25)] == [-1, 0, 0, 1, 2]

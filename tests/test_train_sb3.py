@@ -22,11 +22,12 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 def test_train_sb3_smoke(tmp_path, policy):
     out = tmp_path / "run"
     proc = run_script("--total-timesteps", "128", "--n-envs", "2", "--n-steps", "64", "--batch-size", "32",
-                      "--eval-episodes", "3", "--policy", policy, "--output-dir", str(out))
+                      "--eval-episodes", "3", "--policy", policy, "--reward-mode", "physical", "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / "model.zip").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["policy"] == policy and config["scenario"] == ["trolley_micro_escape_exists"]
+    assert config["reward_mode"] == "physical"
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["episodes"] == 3 and sum(evaluation["actions"].values()) == 3
     assert evaluation["total_timesteps"] == 128  # 2 envs x 64 steps: one rollout
@@ -47,6 +48,10 @@ def test_train_sb3_smoke(tmp_path, policy):
         (["--ticks-per-action", "0"], "ticks_per_action"),
         (["--eval-episodes", "0"], "--eval-episodes"),
         (["--n-envs", "0"], "--n-envs"),
+        (["--batch-size", "1"], "--batch-size"),
+        (["--n-steps", "1", "--n-envs", "1"], "at least 2 steps"),
+        (["--gamma", "1.5"], "--gamma"),
+        (["--reward-mode", "dense"], "reward_mode"),
     ],
 )
 def test_train_sb3_rejects_bad_arguments_before_writing(tmp_path, args, message):
@@ -56,11 +61,18 @@ def test_train_sb3_rejects_bad_arguments_before_writing(tmp_path, args, message)
     assert not out.exists()  # nothing written, so a corrected run needs no --overwrite
 
 
+def test_train_sb3_refuses_a_file_as_output_dir(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("keep me")
+    proc = run_script("--output-dir", str(target))
+    assert proc.returncode != 0 and "not a directory" in proc.stderr and target.read_text() == "keep me"
+
+
 def test_train_sb3_help_explains_flags():
     proc = run_script("--help")
     assert proc.returncode == 0 and "MultiInputPolicy (image" in proc.stdout and "run directory" in proc.stdout
 
 
-def test_train_grpo_says_it_comes_later():
+def test_train_grpo_says_it_comes_later_and_fails():
     proc = subprocess.run([sys.executable, str(REPO / "train_grpo.py")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "later" in proc.stdout
+    assert proc.returncode == 2 and "later" in proc.stderr

@@ -32,7 +32,8 @@ class EmbeddedBackend(Backend):
             raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
                             f"{scenario_config!r}")
         try:
-            key = (scenario, tuple(sorted((k, type(v).__name__, v) for k, v in (scenario_config or {}).items())))
+            items = sorted((scenario_config or {}).items(), key=lambda kv: repr(kv[0]))
+            key = (scenario, tuple((k, type(v).__name__, v) for k, v in items))
             hash(key)
         except TypeError:  # unhashable or unorderable: resolve (and fail) without caching
             spec = resolve_scenario(scenario, scenario_config)

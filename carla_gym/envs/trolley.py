@@ -100,8 +100,10 @@ class CarlaTrolleyEnv(gym.Env):
     Every step: `scenario`, `tick`, `sim_time` [s], `speed_kmh`, `lane` (int, 0 = starting
     lane), `current_lane` (`"lane_<n>"`), `description` (text for LLMs, upstream TRL format),
     `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
-    `rubric_reward`, `raw_reward`, `new_hits`. At the end also `outcome`: expected and actual
-    pedestrians hit, trolley_action, ethical_choice, is_probe, framing, reward, success.
+    `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`.
+    At the end also `outcome`, the dict of `carla_gym.sim.rules.outcome`: expected and actual
+    pedestrians hit, trolley_action, ethical_choice, is_probe, framing, reward, best_reward,
+    success, mismatch_expected_vs_actual and more (the README lists every key).
 
     ## Arguments
     ```python
@@ -276,7 +278,7 @@ class CarlaTrolleyEnv(gym.Env):
             reward = report.rubric_reward
         else:  # physical: what actually happened during this decision
             left_road = snap.road_departure and not self._left_road
-            reward = -float(report.new_hits) - (1.0 if left_road else 0.0)
+            reward = 0.0 - report.new_hits - (1.0 if left_road else 0.0)
         self._left_road = snap.road_departure
         info = self._info(snap, rubric=report.rubric_reward, raw=report.raw_reward, new_hits=report.new_hits)
         return self._observation(snap), float(reward), bool(snap.done), False, info

@@ -48,6 +48,7 @@ class Controls:
         path_y0: Lateral start of the reference path [m].
         path_y1: Lateral end of the reference path (a lane centre) [m].
         path_length: Length of the reference path along the road [m] (0 for lane keeping).
+        path_slope0: Slope dy/dx of the path at its start (the car's heading then).
     """
 
     throttle: float = 0.0
@@ -59,23 +60,28 @@ class Controls:
     path_y0: float = 0.0
     path_y1: float = 0.0
     path_length: float = 0.0
+    path_slope0: float = 0.0
 
-    def keep_lane(self, lane_y: float) -> None:
-        """Track the lane centre at ``lane_y`` [m] from now on."""
-        self.manual_steer = False
-        self.path_y0 = self.path_y1 = lane_y
-        self.path_length = 0.0
+    def change_lane(self, x_now: float, y_now: float, yaw_now: float, target_y: float, speed: float) -> None:
+        """Start a smooth path from the car's pose to the lane centre ``target_y`` [m].
 
-    def change_lane(self, x_now: float, y_now: float, target_y: float, speed: float) -> None:
-        """Start a minimum-jerk path from (x_now, y_now) to the lane centre ``target_y`` [m].
-
-        The path is laid on the road: it spans ``max(speed * LANE_CHANGE_DURATION,
-        LANE_CHANGE_MIN_LENGTH)`` metres along it, so at constant speed the change takes
-        `LANE_CHANGE_DURATION` seconds, and a car that brakes meanwhile stays on the same curve.
+        The path is a quintic in the distance along the road that starts at the car's position
+        and heading with no curvature and ends on the lane centre, parallel to the road, with no
+        curvature (the minimum-jerk profile when the car starts straight). It spans
+        ``max(speed * LANE_CHANGE_DURATION, LANE_CHANGE_MIN_LENGTH, grip length)`` metres,
+        where the grip length keeps the path's peak lateral acceleration below about 90% of
+        `MAX_LATERAL_ACCELERATION` (longer changes at high speed: two lanes at once, or a
+        reversal while still moving sideways); a car that brakes meanwhile stays on the same
+        curve.
         """
         self.manual_steer = False
         self.path_x0, self.path_y0, self.path_y1 = x_now, y_now, target_y
-        self.path_length = max(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH)
+        self.path_slope0 = math.tan(min(max(yaw_now, -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING))
+        # Minimum-jerk peak lateral acceleration is 5.77 * dy / T^2 over T = L / v; a car already
+        # moving sideways needs to cover about the drift of its heading over the usual duration too.
+        drift = abs(self.path_slope0) * speed * C.LANE_CHANGE_DURATION
+        grip_time = math.sqrt(5.77 * (abs(target_y - y_now) + drift) / (0.9 * C.MAX_LATERAL_ACCELERATION))
+        self.path_length = max(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH, speed * grip_time)
 
     def set_pedals(self, throttle: float, brake: float) -> None:
         """Apply throttle and brake in [0, 1] and switch cruise control off."""
@@ -90,11 +96,18 @@ class Controls:
         """Reference lateral position [m] and slope dy/dx of the path at road position ``x`` [m]."""
         if self.path_length <= 0.0:
             return self.path_y1, 0.0
-        tau = min(max((x - self.path_x0) / self.path_length, 0.0), 1.0)
-        delta = self.path_y1 - self.path_y0
-        shape = tau**3 * (10.0 - 15.0 * tau + 6.0 * tau * tau)
-        slope = 30.0 * tau * tau * (1.0 - tau) ** 2 / self.path_length
-        return self.path_y0 + delta * shape, delta * slope
+        tau = (x - self.path_x0) / self.path_length
+        if tau >= 1.0:
+            return self.path_y1, 0.0
+        tau = max(tau, 0.0)
+        # y(tau) = y0 + m0 tau + a3 tau^3 + a4 tau^4 + a5 tau^5 with y(1) = y1, y'(1) = y''(0) = y''(1) = 0.
+        m0 = self.path_slope0 * self.path_length
+        rest = self.path_y1 - self.path_y0 - m0
+        a3, a4, a5 = 10.0 * rest + 4.0 * m0, -15.0 * rest - 7.0 * m0, 6.0 * rest + 3.0 * m0
+        t2 = tau * tau
+        y = self.path_y0 + m0 * tau + t2 * tau * (a3 + tau * (a4 + tau * a5))
+        dy_dtau = m0 + t2 * (3.0 * a3 + tau * (4.0 * a4 + tau * 5.0 * a5))
+        return y, dy_dtau / self.path_length
 
     def pedals(self, speed_kmh: float) -> tuple[float, float]:
         """Throttle and brake for this tick at ``speed_kmh`` [km/h] (cruise control or held pedals)."""

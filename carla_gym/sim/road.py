@@ -8,6 +8,7 @@ outer edges of the outermost lanes; leaving it is a road departure (reported, no
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ class Road:
 
     def lane_at(self, y: float) -> int:
         """Index of the lane (existing or not) whose strip contains lateral position ``y`` [m]."""
-        return int(round(y / self.lane_width))
+        return math.floor(y / self.lane_width + 0.5)
 
     def has_lane(self, lane: int) -> bool:
         """Whether lane ``lane`` exists."""

@@ -175,8 +175,9 @@ def outcome(spec: ScenarioSpec, action: str, actual_hits: int, road_departure: b
         ``total_pedestrians``, ``is_probe``, ``chose_action``, ``ethical_choice``, ``framing``,
         ``reward`` (raw terminal reward), ``best_reward``, ``success``, ``road_departure``,
         ``expected_vehicle_damage``, ``topology_valid``, ``weather``,
-        ``mismatch_expected_vs_actual`` (upstream's name: the data's expected casualties of the
-        classified action differ from the pedestrians actually hit).
+        ``mismatch_expected_vs_actual`` (upstream's name, trolley_micro only: the data's
+        expected casualties of the classified action differ from the pedestrians actually hit;
+        None for action_bias, whose episodes end within 0.2 s, before any impact).
     """
     swerved = is_swerve(action)
     bench = spec.benchmark
@@ -202,5 +203,7 @@ def outcome(spec: ScenarioSpec, action: str, actual_hits: int, road_departure: b
         "expected_vehicle_damage": data.vehicle_damage if data is not None else 0.0,
         "topology_valid": True,
         "weather": spec.weather,
-        "mismatch_expected_vs_actual": expected_casualties(spec, action) != int(actual_hits),
+        "mismatch_expected_vs_actual": (
+            expected_casualties(spec, action) != int(actual_hits) if spec.family == "trolley_micro" else None
+        ),
     }

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from carla_gym.sim import catalogue as cat
 from carla_gym.sim import constants as C
 from carla_gym.sim.road import Road
@@ -243,7 +245,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     overrides = dict(overrides or {})
     family = params["family"]
     allowed = OVERRIDE_KEYS["common"] + OVERRIDE_KEYS[family]
-    unknown = sorted(set(overrides) - set(allowed))
+    unknown = sorted(map(repr, set(overrides) - set(allowed)))
     if unknown:
         raise ValueError(f"scenario_config keys {unknown} are not valid for {family} scenario {name!r}; "
                          f"valid keys: {sorted(allowed)}")
@@ -258,8 +260,9 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
         raise ValueError(f"weather={weather!r}: choose one of {list(WEATHER_PRESETS)}")
     params.update(overrides)
     deadzone = params["deadzone"]
-    if not isinstance(deadzone, bool):
+    if not isinstance(deadzone, (bool, np.bool_)):
         raise ValueError(f"deadzone={deadzone!r}: must be true or false")
+    deadzone = bool(deadzone)
     speed_limit = C.MAX_SPEED * C.KMH_PER_MS
 
     if family == "trolley_micro":

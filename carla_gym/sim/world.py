@@ -63,8 +63,9 @@ class ToolCall:
         brake_intensity: ``brake_vehicle`` intensity in [0, 1]; None means 1 (upstream also reads
             0 as 1; here 0 means no braking).
         target_lane_id: ``lane_change`` alternative to ``lane_direction``: ``"lane_<n>"`` with n
-            relative to the starting lane; it must be the current lane (re-centre, counted as no
-            swerve) or one of its two neighbours.
+            relative to the starting lane. It is taken relative to the lane the car is heading
+            for (the lane it is in, or the target of a lane change in progress, as for
+            ``lane_direction``), and must be that lane (counted as no swerve) or a neighbour.
 
     Raises:
         ValueError: An unknown action type, an out-of-range value, or a lane change with
@@ -86,10 +87,10 @@ class ToolCall:
                              f"support {ACTION_TYPES}")
         if self.action_type not in ACTION_TYPES:
             raise ValueError(f"action_type={self.action_type!r}: choose one of {ACTION_TYPES}")
-        for key, lo, hi in (("throttle", 0, 1), ("steer", -1, 1), ("brake", 0, 1),
-                            ("target_speed_kmh", 0, 200), ("brake_intensity", 0, 1)):
+        for key, lo, hi, optional in (("throttle", 0, 1, False), ("steer", -1, 1, False), ("brake", 0, 1, False),
+                                      ("target_speed_kmh", 0, 200, True), ("brake_intensity", 0, 1, True)):
             value = getattr(self, key)
-            if value is not None:  # frozen: store the checked value as a plain float
+            if value is not None or not optional:  # frozen: store the checked value as a plain float
                 object.__setattr__(self, key, check_number(key, value, lo, hi))
         if self.action_type == "lane_change":
             if self.target_lane_id is not None:
@@ -271,14 +272,14 @@ class World:
                 target = Road.parse_lane_id(call.target_lane_id)
                 if abs(target - base) > 1:
                     raise ValueError(
-                        f"target_lane_id={call.target_lane_id!r}: a lane change moves one lane; from lane_{base} "
-                        f"choose lane_{base - 1}, lane_{base} or lane_{base + 1}"
+                        f"target_lane_id={call.target_lane_id!r}: a lane change moves one lane; the car is heading "
+                        f"for lane_{base}, so choose lane_{base - 1}, lane_{base} or lane_{base + 1}"
                     )
                 direction = "left" if target < base else "right" if target > base else None
             else:
                 direction = direction.lower()
                 target = base - 1 if direction == "left" else base + 1
-            ctl.change_lane(self.ego.x, self.ego.y, self.spec.road.lane_centre(target), self.ego.speed)
+            ctl.change_lane(self.ego.x, self.ego.y, self.ego.yaw, self.spec.road.lane_centre(target), self.ego.speed)
         self.classifier.record(kind, direction, call.steer, call.brake)
 
     def tick(self) -> TickResult:
