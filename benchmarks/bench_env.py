@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
 import platform
+import statistics
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
