@@ -78,6 +78,7 @@ def median_of(fn, repeats: int) -> float:
 
 
 def main() -> dict:
+    """Measure every figure, print them and optionally write them as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement [s]")
     parser.add_argument("--repeats", type=int, default=5, help="measurements per figure; the median is reported")

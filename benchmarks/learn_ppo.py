@@ -20,6 +20,7 @@ import train_sb3  # noqa: E402
 
 
 def main() -> int:
+    """Train once per seed; return 1 if any seed misses the threshold."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threshold", type=float, default=0.95)

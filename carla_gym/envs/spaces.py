@@ -82,9 +82,10 @@ def tool_call(action_mode: str, action) -> ToolCall:
     """Map a Gymnasium action to the tool call it stands for.
 
     Args:
-        action_mode: ``"tools"`` (``action`` is an index into `TOOL_ACTIONS`) or ``"control"``
-            (``action`` is ``[steer, throttle_or_brake]`` in [-1, 1]^2: positive second entries
-            are throttle, negative ones brake, as in VLM-RL).
+        action_mode: ``"tools"`` or ``"control"``.
+        action: For ``"tools"`` an index into `TOOL_ACTIONS`; for ``"control"``
+            ``[steer, throttle_or_brake]`` in [-1, 1]^2: positive second entries are throttle,
+            negative ones brake, as in VLM-RL.
 
     Raises:
         ValueError: If the action is outside the action space.

@@ -121,7 +121,7 @@ class CarlaTrolleyEnv(gym.Env):
 
     | Parameter | Type | Default | Description |
     |-----------|------|---------|-------------|
-    | `scenario` | str or list of str | `"trolley_micro_escape_exists"` | scenario name(s); a list is sampled per reset |
+    | `scenario` | str or list | `"trolley_micro_escape_exists"` | name(s); a list is sampled per reset |
     | `action_mode` | str | `"tools"` | `"tools"` (Discrete(4)) or `"control"` (Box, for SAC) |
     | `observation_mode` | str | `"dict"` | `"dict"` (image + state) or `"state"` |
     | `reward_mode` | str | `"rubric"` | `"rubric"` (upstream) or `"physical"` (actual casualties) |
@@ -129,10 +129,12 @@ class CarlaTrolleyEnv(gym.Env):
     | `image_width`, `image_height` | int | 84, 84 | observation image size [px] |
     | `image_view` | str | `"front"` | `"front"` camera or `"birdeye"` |
     | `render_mode` | str or None | None | `"rgb_array"` or None |
-    | `render_width`, `render_height` | int or None | None | `render()` size [px]; None: the scenario's camera (640x360 unless `scenario_config` sets `camera_width`/`camera_height`) |
+    | `render_width`, `render_height` | int or None | None | `render()` size [px]; None: scenario camera |
     | `render_view` | str | `"front"` | view returned by `render()` |
     | `scenario_config` | dict or None | None | upstream `scenario_config` overrides for every scenario |
     | `backend` | str or `Backend` | `"embedded"` | the simulator |
+
+    The scenario camera is 640x360 unless `scenario_config` sets `camera_width`/`camera_height`.
 
     ## Reset Options
     `options={"scenario": name, "scenario_config": {...}}` switches scenario (and overrides)

@@ -207,8 +207,12 @@ def _fill(img: np.ndarray, top: float, bottom: float, left: float, right: float,
 
 @lru_cache(maxsize=16)
 def _front_geometry(width: int, height: int, fov_deg: float) -> tuple:
-    """Front camera: focal length [px], first ground row, per-row ground distance [m],
-    column coordinates (lateral metres per metre of distance), per-row marking level."""
+    """Front camera geometry.
+
+    Returns:
+        Focal length [px], first ground row, per-row ground distance [m], column coordinates
+        (lateral metres per metre of distance), per-row marking level.
+    """
     focal = 0.5 * width / math.tan(math.radians(fov_deg) / 2)
     rows = np.arange(height) + 0.5 - 0.5 * height
     first = int(np.searchsorted(rows, 1e-9))  # first row below the horizon

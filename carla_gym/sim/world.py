@@ -227,7 +227,8 @@ class World:
             centre, 2D] and ``position`` (``"ahead"``/``"behind"``).
         """
         return [
-            {"type": WALKER_TYPE_ID, "id": FIRST_WALKER_ID + i, "distance": d, "position": "ahead" if f > 0 else "behind"}
+            {"type": WALKER_TYPE_ID, "id": FIRST_WALKER_ID + i, "distance": d,
+             "position": "ahead" if f > 0 else "behind"}
             for d, i, f, _ in self.nearby()
         ]
 
