@@ -15,6 +15,7 @@ Where to find each rule of the simulator:
 * `world`      -- one episode: state, `apply(action)`, `tick()`, snapshots.
 * `describe`   -- text for language models.
 * `render`     -- the numpy front camera and bird's-eye view.
+* `validate`   -- the shared "number in a range" input check.
 """
 
 from carla_gym.sim.scenarios import ScenarioSpec, resolve_scenario, scenario_names
