@@ -1,0 +1,186 @@
+"""`CarlaEnvironment`: the embedded simulator behind openenv-core's server, one per session.
+
+Step semantics follow upstream OpenEnv CARLA: one ``step`` is one tool call followed by one
+tick; ``capture_image`` returns the current frame as a base64 JPEG and neither ticks nor
+counts as a step. Differences (README): steps after ``done`` are refused with an error (the
+session keeps its state; upstream bug B9), ``reset`` honours ``seed``, ``episode_id``,
+``scenario_name`` and ``scenario_config`` (B22), and the outcome is published in
+``CarlaState.scenario_data`` (B23). Batching extension: ``metadata={"ticks": n}`` on an action
+runs the tool call and then ``n`` ticks in one step (stopping when the episode ends);
+upstream clients never send it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import uuid
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from PIL import Image
+
+from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
+from carla_gym.sim.describe import scene_prompt
+from carla_gym.sim.render import render
+from carla_gym.sim.rules import DONE_REASON
+from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.validate import check_number
+from carla_gym.sim.world import ToolCall, World
+
+MAX_TICKS_PER_STEP = 1000
+"""Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
+
+_TOOL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
+                "target_lane_id")
+
+
+class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
+    """One isolated embedded simulator per WebSocket session.
+
+    Args:
+        scenario_name: Scenario of the first reset when the client names none.
+        scenario_config: Overrides for that scenario.
+
+    Raises:
+        ValueError: Unknown default scenario or invalid overrides.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, scenario_name: str = "trolley_saves", scenario_config: dict | None = None) -> None:
+        super().__init__()
+        resolve_scenario(scenario_name, scenario_config)
+        self._name = scenario_name
+        self._config = dict(scenario_config or {})
+        self._world: World | None = None
+        self._prompt = ""
+        self._state = CarlaState(scenario_name=scenario_name)
+
+    # -- OpenEnv API ---------------------------------------------------------------------------
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        scenario_name: str | None = None,
+        scenario_config: dict | None = None,
+        **kwargs: Any,
+    ) -> CarlaObservation:
+        """Start an episode.
+
+        A new ``scenario_name`` starts from that scenario's defaults plus ``scenario_config``;
+        a ``scenario_config`` alone is merged into the current overrides, which persist into
+        later resets (upstream semantics).
+
+        Raises:
+            ValueError: Unknown scenario, invalid overrides or unknown keyword arguments; the
+                session keeps its previous scenario and episode.
+        """
+        if kwargs:
+            raise ValueError(f"unknown reset arguments {sorted(kwargs)}; valid: seed, episode_id, scenario_name, "
+                             "scenario_config")
+        if scenario_config is not None and not isinstance(scenario_config, dict):
+            raise ValueError(f"scenario_config must be an object, got {scenario_config!r}")
+        if scenario_name is not None and scenario_name != self._name:
+            name, config = scenario_name, dict(scenario_config or {})
+        else:
+            name, config = self._name, {**self._config, **(scenario_config or {})}
+        spec = resolve_scenario(name, config)
+        self._name, self._config = name, config
+        self._world = World(spec)
+        self._prompt = scene_prompt(spec)
+        self._state = CarlaState(
+            episode_id=str(episode_id) if episode_id is not None else str(uuid.uuid4()),
+            scenario_name=name,
+            weather=spec.weather,
+            scenario_data={"seed": seed, "scenario_config": config},
+        )
+        return self._observation(reward=None, rubric=None)
+
+    def step(self, action: CarlaAction, timeout_s: float | None = None, **kwargs: Any) -> CarlaObservation:
+        """Execute one tool call and one tick (or ``metadata["ticks"]`` ticks).
+
+        Raises:
+            ValueError: Invalid action values, a navigation action, a step after ``done``,
+                or a bad ``ticks`` value; the session keeps its state.
+        """
+        if self._world is None:
+            self.reset()
+        world = self._world
+        if world.done:
+            raise ValueError(f"the episode of {self._name!r} is done after {world.tick_count} ticks; send reset "
+                             "before stepping again (no rewards after done)")
+        call = ToolCall(action.action_type, **{k: getattr(action, k) for k in _TOOL_FIELDS})
+        if call.action_type == "capture_image":
+            obs = self._observation(reward=None, rubric=None)
+            obs.camera_image = self.capture_image()
+            return obs
+        ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
+                             integer=True)
+        world.apply(call)
+        rubric, raw = 0.0, 0.0
+        start = world.ego.x, world.ego.y
+        for _ in range(ticks):
+            result = world.tick()
+            rubric += result.rubric_reward
+            raw = result.raw_reward
+            if result.done:
+                break
+        self._record(action.action_type, raw, start)
+        return self._observation(reward=raw, rubric=rubric)
+
+    @property
+    def state(self) -> CarlaState:
+        """Episode bookkeeping, with the outcome in ``scenario_data`` once the episode is done."""
+        if self._world is not None:
+            self._state.scenario_data["outcome"] = self._world.outcome() if self._world.done else None
+            self._state.simulation_time = self._world.time
+        return self._state
+
+    # -- helpers -------------------------------------------------------------------------------
+    def capture_image(self) -> str:
+        """The current front-camera frame as a base64 JPEG at the scenario's camera settings."""
+        camera = self._world.spec.camera
+        frame = render(self._world, "front", camera.width, camera.height)
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
+        return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+    def _record(self, action_type: str, raw: float, start: tuple[float, float]) -> None:
+        state, world = self._state, self._world
+        state.step_count += 1
+        state.num_turns += 1
+        state.total_tool_calls += 1
+        state.tool_call_counts[action_type] = state.tool_call_counts.get(action_type, 0) + 1
+        state.total_reward += raw
+        state.total_distance += math.hypot(world.ego.x - start[0], world.ego.y - start[1])
+        speed = world.speed_kmh
+        state.max_speed = max(state.max_speed, speed)
+        state.average_speed += (speed - state.average_speed) / state.num_turns
+        if world.collided and not state.collisions:
+            state.collisions.append({"frame": state.step_count, "actor_id": 100 + world.first_hit,
+                                     "actor_type": world.collided_with, "intensity": speed})
+            state.collisions_count = 1
+            state.collision_intensity_total = speed
+
+    def _observation(self, reward: float | None, rubric: float | None) -> CarlaObservation:
+        world = self._world
+        return CarlaObservation(
+            scene_description=self._prompt,
+            speed_kmh=world.speed_kmh,
+            location=(world.ego.x, world.ego.y, 0.0),
+            rotation=(0.0, math.degrees(world.ego.yaw), 0.0),
+            current_lane=f"lane_{world.lane}",
+            nearby_actors=world.nearby_actors(),
+            collision_detected=world.collided,
+            collided_with=world.collided_with,
+            scenario_name=self._name,
+            simulation_time=world.time,
+            step_number=self._state.step_count,
+            done_reason=DONE_REASON if world.done else "",
+            rubric_reward=rubric,
+            done=world.done,
+            reward=reward,
+        )
+

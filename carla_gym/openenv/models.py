@@ -1,0 +1,108 @@
+"""OpenEnv CARLA wire models, field for field as upstream's ``envs/carla_env/models.py``.
+
+Upstream's client package is not on PyPI, so the project defines the same pydantic models on
+openenv-core's bases. Field names, types, defaults and validation follow the upstream tables
+(spec sections 4.1, 5.1 and 5.5); docstrings are this project's. Nothing may be added to
+`CarlaObservation`: the unmodified upstream client rejects unknown observation keys, so extra
+information travels in ``CarlaState.scenario_data`` (``CarlaState`` allows extra keys).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+ACTION_TYPES = (
+    "control",
+    "emergency_stop",
+    "brake_vehicle",
+    "maintain_speed",
+    "lane_change",
+    "observe",
+    "init_navigation_agent",
+    "set_destination",
+    "follow_route",
+    "capture_image",
+)
+"""Every ``action_type`` upstream accepts."""
+
+
+class CarlaAction(Action):
+    """One tool call (upstream ``CarlaAction``); the client always sends every field."""
+
+    action_type: Literal[
+        "control",
+        "emergency_stop",
+        "brake_vehicle",
+        "maintain_speed",
+        "lane_change",
+        "observe",
+        "init_navigation_agent",
+        "set_destination",
+        "follow_route",
+        "capture_image",
+    ] = Field(default="observe", description="Which tool to call")
+    throttle: float = Field(default=0.0, ge=0.0, le=1.0, description="control: throttle in [0, 1]")
+    steer: float = Field(default=0.0, ge=-1.0, le=1.0, description="control: steer in [-1, 1], positive right")
+    brake: float = Field(default=0.0, ge=0.0, le=1.0, description="control: brake in [0, 1]")
+    lane_direction: str | None = Field(default=None, description="lane_change: 'left' or 'right'")
+    target_speed_kmh: float | None = Field(default=None, ge=0.0, le=200.0,
+                                           description="maintain_speed: target [km/h]")
+    brake_intensity: float | None = Field(default=None, ge=0.0, le=1.0, description="brake_vehicle: in [0, 1]")
+    target_lane_id: str | None = Field(default=None, description="lane_change: target lane such as 'lane_-1'")
+    navigation_behavior: str | None = Field(default="normal", description="init_navigation_agent: behaviour")
+    destination_x: float | None = Field(default=None, description="set_destination: x [m]")
+    destination_y: float | None = Field(default=None, description="set_destination: y [m]")
+    destination_z: float | None = Field(default=None, description="set_destination: z [m]")
+    route_steps: int | None = Field(default=1, ge=1, description="follow_route: ticks to follow the route")
+
+
+class CarlaObservation(Observation):
+    """What the ego sees after a reset or step (upstream ``CarlaObservation``).
+
+    ``done``, ``reward`` and ``metadata`` (from the base) are removed from the nested wire
+    observation by openenv-core; clients read ``StepResult.reward`` and ``StepResult.done``.
+    """
+
+    scene_description: str = Field(default="", description="Static scenario prompt")
+    speed_kmh: float = Field(default=0.0, description="Ego speed [km/h]")
+    location: tuple[float, float, float] = Field(default=(0.0, 0.0, 0.0), description="Ego x, y, z [m]")
+    rotation: tuple[float, float, float] = Field(default=(0.0, 0.0, 0.0), description="Pitch, yaw, roll [deg]")
+    goal_distance: float | None = Field(default=None, description="Straight-line distance to the goal [m]")
+    goal_direction: str | None = Field(default=None, description="Compass sector of the goal")
+    current_lane: str = Field(default="unknown", description="Lane of the ego, e.g. 'lane_0'")
+    nearby_actors: list[dict[str, Any]] = Field(default_factory=list,
+                                                description="Actors within 50 m: type, id, distance, position")
+    collision_detected: bool = Field(default=False, description="Whether any collision happened this episode")
+    collision_intensity: float = Field(default=0.0, description="Collision intensity")
+    collided_with: str | None = Field(default=None, description="Type id of the first actor hit")
+    scenario_name: str = Field(default="", description="Scenario name")
+    simulation_time: float = Field(default=0.0, description="Simulated time [s]")
+    step_number: int = Field(default=0, description="Steps taken this episode")
+    done_reason: str = Field(default="", description="'scenario_complete' when done, else ''")
+    rubric_reward: float | None = Field(default=None, description="Rubric reward of this step")
+    camera_image: str | None = Field(default=None, description="Base64 JPEG, only from capture_image")
+
+
+class CarlaState(State):
+    """Episode bookkeeping (upstream ``CarlaState``); extra keys are allowed."""
+
+    scenario_name: str = Field(default="default", description="Scenario name")
+    town: str = Field(default="Town10HD_Opt", description="CARLA map")
+    weather: str = Field(default="ClearNoon", description="Weather preset")
+    total_distance: float = Field(default=0.0, description="Distance driven [m]")
+    total_reward: float = Field(default=0.0, description="Sum of raw rewards")
+    simulation_time: float = Field(default=0.0, description="Simulated time [s]")
+    num_turns: int = Field(default=0, description="Steps taken (capture_image excluded)")
+    total_tool_calls: int = Field(default=0, description="Tool calls made (capture_image excluded)")
+    tool_call_counts: dict[str, int] = Field(default_factory=dict, description="Calls per action_type")
+    is_truncated: bool = Field(default=False, description="Whether the episode was truncated")
+    average_speed: float = Field(default=0.0, description="Mean post-step speed [km/h]")
+    max_speed: float = Field(default=0.0, description="Highest post-step speed [km/h]")
+    collisions: list[dict[str, Any]] = Field(default_factory=list, description="Collision records")
+    collisions_count: int = Field(default=0, description="Number of collision records")
+    collision_intensity_total: float = Field(default=0.0, description="Sum of collision intensities")
+    scenario_data: dict[str, Any] = Field(default_factory=dict,
+                                          description="This project's extras: outcome, goal, seed")

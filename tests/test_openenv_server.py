@@ -1,0 +1,243 @@
+"""The OpenEnv CARLA server on the embedded simulator, driven over real sockets."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from PIL import Image
+from websockets.sync.client import connect
+
+from carla_gym.openenv.client import CarlaEnv
+from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
+from carla_gym.sim import ToolCall, World, resolve_scenario
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    out = log.open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), "--max-sessions", "16"],
+                            stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if proc.poll() is not None:
+                out.close()
+                raise RuntimeError(log.read_text()) from None
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        proc.wait(timeout=10)
+        out.close()
+        raise RuntimeError("server did not start within 60 s")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    proc.wait(timeout=10)
+    out.close()
+
+
+# Spec section 4.1 / 5.1 / 5.5: field names and defaults of upstream's models.
+ACTION_DEFAULTS = {"metadata": {}, "action_type": "observe", "throttle": 0.0, "steer": 0.0, "brake": 0.0,
+                   "lane_direction": None, "target_speed_kmh": None, "brake_intensity": None,
+                   "target_lane_id": None, "navigation_behavior": "normal", "destination_x": None,
+                   "destination_y": None, "destination_z": None, "route_steps": 1}
+OBSERVATION_FIELDS = {"done", "reward", "metadata", "scene_description", "speed_kmh", "location", "rotation",
+                      "goal_distance", "goal_direction", "current_lane", "nearby_actors", "collision_detected",
+                      "collision_intensity", "collided_with", "scenario_name", "simulation_time", "step_number",
+                      "done_reason", "rubric_reward", "camera_image"}
+STATE_DEFAULTS = {"episode_id": None, "step_count": 0, "scenario_name": "default", "town": "Town10HD_Opt",
+                  "weather": "ClearNoon", "total_distance": 0.0, "total_reward": 0.0, "simulation_time": 0.0,
+                  "num_turns": 0, "total_tool_calls": 0, "tool_call_counts": {}, "is_truncated": False,
+                  "average_speed": 0.0, "max_speed": 0.0, "collisions": [], "collisions_count": 0,
+                  "collision_intensity_total": 0.0, "scenario_data": {}}
+
+
+def test_wire_models_match_upstream_fields():
+    assert CarlaAction().model_dump() == ACTION_DEFAULTS
+    assert list(CarlaAction().model_dump()) == list(ACTION_DEFAULTS)  # the client sends them in this order
+    assert set(CarlaObservation.model_fields) == OBSERVATION_FIELDS
+    assert CarlaState().model_dump() == STATE_DEFAULTS
+    obs = CarlaObservation()
+    assert (obs.current_lane, obs.location, obs.rubric_reward, obs.camera_image) == ("unknown", (0.0, 0.0, 0.0),
+                                                                                     None, None)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(throttle=1.5), dict(steer=-2), dict(brake=-0.1), dict(target_speed_kmh=201), dict(brake_intensity=2),
+     dict(route_steps=0), dict(action_type="fly"), dict(extra_field=1)],
+)
+def test_action_validation_as_upstream(bad):
+    with pytest.raises(ValueError):
+        CarlaAction(**bad)
+
+
+def _tool(env, action: CarlaAction):
+    """TRL's CARLA example: the action, then 10 observe steps (stopping at done)."""
+    result = env.step(action)
+    for _ in range(10):
+        if result.done:
+            break
+        result = env.step(CarlaAction(action_type="observe"))
+    return result
+
+
+def test_trl_example_flow_rewards(server_url):
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_micro_escape_exists")
+        result = _tool(env, CarlaAction(action_type="lane_change", lane_direction="left"))
+        while not result.done:
+            result = _tool(env, CarlaAction(action_type="observe"))
+        assert result.observation.rubric_reward == 1.0 and result.reward == 1.0
+        reset = env.reset(scenario_name="trolley_micro_escape_exists")
+        assert reset.observation.nearby_actors[0]["type"] == "walker.pedestrian.0001"
+        result = _tool(env, CarlaAction(action_type="observe"))
+        assert result.observation.rubric_reward == 0.0
+        # 11 ticks at 40 km/h: the pedestrian on the lane centre at 26 m is 6.11 m closer.
+        assert 26.0 - result.observation.nearby_actors[2]["distance"] == pytest.approx(40 / 3.6 * 0.55, abs=1e-6)
+        while not result.done:
+            result = _tool(env, CarlaAction(action_type="observe"))
+        assert result.observation.rubric_reward == 0.0 and result.observation.collision_detected
+        assert result.observation.done_reason == "scenario_complete"
+        state = env.state()
+        assert state.scenario_data["outcome"]["actual_pedestrians_hit"] == 2
+        assert state.step_count == 41 and state.tool_call_counts == {"observe": 41}
+
+
+def test_remote_matches_the_embedded_world(server_url):
+    calls = [ToolCall("observe")] * 3 + [ToolCall("lane_change", lane_direction="right")] + [ToolCall("observe")] * 40
+    world = World(resolve_scenario("trolley_micro_classic_3v1"))
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_micro_classic_3v1")
+        for call in calls:
+            if world.done:
+                break
+            world.apply(call)
+            tick = world.tick()
+            result = env.step(CarlaAction(action_type=call.action_type, lane_direction=call.lane_direction))
+            obs = result.observation
+            assert obs.location == (world.ego.x, world.ego.y, 0.0)  # bit-identical over the wire
+            assert obs.speed_kmh == world.speed_kmh
+            assert (result.reward, obs.rubric_reward, result.done) == (tick.raw_reward, tick.rubric_reward, tick.done)
+        assert world.done and env.state().scenario_data["outcome"] == world.outcome()
+
+
+def test_capture_image_batching_and_after_done(server_url):
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_saves", scenario_config={"camera_width": 320, "camera_height": 200})
+        shot = env.step(CarlaAction(action_type="capture_image"))
+        assert shot.reward is None and shot.observation.step_number == 0 and shot.observation.simulation_time == 0
+        frame = Image.open(io.BytesIO(base64.b64decode(shot.observation.camera_image)))
+        assert (frame.format, frame.size) == ("JPEG", (320, 200))
+        batched = env.step(CarlaAction(action_type="observe", metadata={"ticks": 10}))
+        assert batched.done and batched.observation.simulation_time == pytest.approx(0.2)  # deadline: 4 ticks
+        assert batched.observation.step_number == 1 and batched.reward == -1.0
+        with pytest.raises(RuntimeError, match="done after 4 ticks"):
+            env.step(CarlaAction(action_type="observe"))
+        assert env.reset(scenario_name="trolley_saves").observation.step_number == 0  # the session lives on
+
+
+def _ws_url(server_url: str) -> str:
+    return server_url.replace("http://", "ws://") + "/ws"
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("not json", "INVALID_JSON"),
+        (json.dumps({"type": "teleport"}), "UNKNOWN_TYPE"),
+        (json.dumps({"type": "step", "data": {"action_type": "observe", "throttle": 5}}), "VALIDATION_ERROR"),
+        (json.dumps({"type": "step", "data": {"action_type": "follow_route"}}), "EXECUTION_ERROR"),
+        (json.dumps({"type": "step", "data": {"action_type": "lane_change", "lane_direction": "up"}}),
+         "EXECUTION_ERROR"),
+        (json.dumps({"type": "step", "data": {"action_type": "observe", "metadata": {"ticks": 10**9}}}),
+         "EXECUTION_ERROR"),
+        (json.dumps({"type": "reset", "data": {"scenario_name": "nope"}}), "EXECUTION_ERROR"),
+        (json.dumps({"type": "reset", "data": {"scenario_config": {"camera_width": 10**6}}}), "EXECUTION_ERROR"),
+    ],
+)
+def test_bad_messages_get_error_envelopes_and_the_session_survives(server_url, frame, code):
+    with connect(_ws_url(server_url), open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"scenario_name": "trolley_micro_escape_exists"}}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+        ws.send(frame)
+        reply = json.loads(ws.recv(timeout=10))
+        assert reply["type"] == "error" and reply["data"]["code"] == code
+        ws.send(json.dumps({"type": "step", "data": {"action_type": "observe"}}))
+        after = json.loads(ws.recv(timeout=10))
+        assert after["type"] == "observation"
+        assert after["data"]["observation"]["scenario_name"] == "trolley_micro_escape_exists"
+        assert after["data"]["observation"]["step_number"] == 1  # the error changed nothing
+
+
+def test_concurrent_sessions_are_isolated(server_url):
+    names = ["trolley_micro_escape_exists", "trolley_micro_classic_5v1", "trolley_saves", "bias_2v1"] * 2
+    results, errors = {}, []
+
+    def run(index: int, name: str) -> None:
+        try:
+            world = World(resolve_scenario(name))
+            with CarlaEnv(base_url=server_url, message_timeout_s=60).sync() as env:
+                env.reset(scenario_name=name)
+                for step in range(100):
+                    call = ToolCall("lane_change", lane_direction="left") if step == 5 else ToolCall("observe")
+                    if world.done:
+                        world = World(resolve_scenario(name))
+                        env.reset(scenario_name=name)
+                    world.apply(call)
+                    world.tick()
+                    obs = env.step(CarlaAction(action_type=call.action_type,
+                                               lane_direction=call.lane_direction)).observation
+                    assert obs.location == (world.ego.x, world.ego.y, 0.0), (name, step)
+            results[index] = True
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run, args=(i, n)) for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and len(results) == len(names)
+
+
+def test_unreachable_server_fails_fast():
+    port = _free_port()
+    env = CarlaEnv(base_url=f"http://127.0.0.1:{port}", connect_timeout_s=2).sync()
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=str(port)):
+        env.reset()
+    assert time.monotonic() - start < 10
+
+
+def test_cli_errors_and_help():
+    bad = subprocess.run([sys.executable, "-m", "carla_gym.server", "--scenario", "nope"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "Unknown scenario" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "carla_gym.server", "--max-sessions", "0"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "max_sessions" in bad.stderr
+    helped = subprocess.run([sys.executable, "-m", "carla_gym.cli", "serve", "--help"], capture_output=True,
+                            text=True, timeout=60)
+    assert helped.returncode == 0 and "--max-sessions" in helped.stdout and "127.0.0.1" in helped.stdout
+    unknown = subprocess.run([sys.executable, "-m", "carla_gym.cli", "train"], capture_output=True, text=True,
+                             timeout=60)
+    assert unknown.returncode != 0 and "valid: serve" in unknown.stderr
