@@ -8,9 +8,12 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     """Dispatch ``carla-gym <command>``; ``serve`` is the only command so far."""
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME]")
-        sys.exit(0 if argv else 2)
+    usage = "usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME]"
+    if not argv:
+        sys.exit(usage)
+    if argv[0] in ("-h", "--help"):
+        print(usage)
+        return
     if argv[0] != "serve":
         sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve")
     try:

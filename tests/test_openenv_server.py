@@ -241,3 +241,70 @@ def test_cli_errors_and_help():
     unknown = subprocess.run([sys.executable, "-m", "carla_gym.cli", "train"], capture_output=True, text=True,
                              timeout=60)
     assert unknown.returncode != 0 and "valid: serve" in unknown.stderr
+
+
+def test_reset_arguments_are_validated_and_capture_works_after_done(server_url):
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        for bad in (dict(seed=-5), dict(seed="abc"), dict(episode_id={"a": 1}), dict(episode_id="x" * 256),
+                    dict(options=1)):
+            with pytest.raises(RuntimeError, match="EXECUTION_ERROR"):
+                env.reset(**bad)
+        reset = env.reset(scenario_name="trolley_saves", seed=7, episode_id="ep-1")
+        assert reset.observation.scenario_name == "trolley_saves"
+        assert (env.state().episode_id, env.state().scenario_data["seed"]) == ("ep-1", 7)
+        done = env.step(CarlaAction(action_type="observe", metadata={"ticks": 10}))
+        assert done.done and env.state().total_reward == -4.0  # four ticks of -1, as four single steps
+        shot = env.step(CarlaAction(action_type="capture_image"))  # reading the final frame is allowed
+        assert shot.observation.camera_image and shot.reward is None
+
+
+def test_client_timeout_loses_the_session_until_reset(server_url):
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_micro_escape_exists", scenario_config={"max_steps": 1000})
+        env._async._message_timeout = 1e-6  # the reply to the next call cannot arrive in time
+        with pytest.raises(TimeoutError):
+            env.step(CarlaAction(action_type="observe", metadata={"ticks": 1000}))
+        env._async._message_timeout = 30
+        with pytest.raises(ConnectionError, match="was lost"):
+            env.step(CarlaAction(action_type="observe"))  # never a silent new episode
+        with pytest.raises(ConnectionError, match="call reset"):
+            env.state()
+        fresh = env.reset(scenario_name="trolley_micro_escape_exists")
+        assert fresh.observation.step_number == 0
+        assert env.step(CarlaAction(action_type="observe")).observation.step_number == 1  # not a stale reply
+
+
+def test_server_death_and_restart(tmp_path):
+    port = _free_port()
+    command = [sys.executable, "-m", "carla_gym.server", "--port", str(port)]
+
+    def start():
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return proc
+            except OSError:
+                time.sleep(0.2)
+        proc.kill()
+        proc.wait(timeout=10)
+        raise RuntimeError("server did not start")
+
+    proc = start()
+    try:
+        env = CarlaEnv(base_url=f"http://127.0.0.1:{port}", connect_timeout_s=5, message_timeout_s=10).sync()
+        env.reset(scenario_name="trolley_saves")
+        proc.kill()
+        proc.wait(timeout=10)
+        with pytest.raises(ConnectionError, match=str(port)):
+            env.step(CarlaAction(action_type="observe"))
+        with pytest.raises(ConnectionError, match=str(port)):
+            env.reset()  # still down: a clear error, fast
+        proc = start()
+        assert env.reset(scenario_name="trolley_saves").observation.scenario_name == "trolley_saves"
+        assert env.step(CarlaAction(action_type="observe")).observation.step_number == 1
+        env.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

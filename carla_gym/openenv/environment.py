@@ -6,8 +6,10 @@ counts as a step. Differences (README): steps after ``done`` are refused with an
 session keeps its state; upstream bug B9), ``reset`` honours ``seed``, ``episode_id``,
 ``scenario_name`` and ``scenario_config`` (B22), and the outcome is published in
 ``CarlaState.scenario_data`` (B23). Batching extension: ``metadata={"ticks": n}`` on an action
-runs the tool call and then ``n`` ticks in one step (stopping when the episode ends);
-upstream clients never send it.
+runs the tool call and then ``n`` ticks in one step (stopping when the episode ends); the
+reply's reward is the last tick's raw reward, its rubric reward the sum over the ticks (the
+terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw reward, as n
+single steps would. Upstream clients never send it.
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if kwargs:
             raise ValueError(f"unknown reset arguments {sorted(kwargs)}; valid: seed, episode_id, scenario_name, "
                              "scenario_config")
+        if seed is not None:
+            seed = check_number("seed", seed, 0, 2**63 - 1, integer=True)
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
+            raise ValueError(f"episode_id={episode_id!r}: must be a string of at most 255 characters")
         if scenario_config is not None and not isinstance(scenario_config, dict):
             raise ValueError(f"scenario_config must be an object, got {scenario_config!r}")
         if scenario_name is not None and scenario_name != self._name:
@@ -91,7 +97,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         self._world = World(spec)
         self._prompt = scene_prompt(spec)
         self._state = CarlaState(
-            episode_id=str(episode_id) if episode_id is not None else str(uuid.uuid4()),
+            episode_id=episode_id if episode_id is not None else str(uuid.uuid4()),
             scenario_name=name,
             weather=spec.weather,
             scenario_data={"seed": seed, "scenario_config": config},
@@ -108,26 +114,27 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if self._world is None:
             self.reset()
         world = self._world
-        if world.done:
-            raise ValueError(f"the episode of {self._name!r} is done after {world.tick_count} ticks; send reset "
-                             "before stepping again (no rewards after done)")
         call = ToolCall(action.action_type, **{k: getattr(action, k) for k in _TOOL_FIELDS})
-        if call.action_type == "capture_image":
+        if call.action_type == "capture_image":  # reads the scene only: allowed after done too
             obs = self._observation(reward=None, rubric=None)
             obs.camera_image = self.capture_image()
             return obs
+        if world.done:
+            raise ValueError(f"the episode of {self._name!r} is done after {world.tick_count} ticks; send reset "
+                             "before stepping again (no rewards after done)")
         ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
                              integer=True)
         world.apply(call)
-        rubric, raw = 0.0, 0.0
+        rubric, raw, raw_total = 0.0, 0.0, 0.0
         start = world.ego.x, world.ego.y
         for _ in range(ticks):
             result = world.tick()
             rubric += result.rubric_reward
             raw = result.raw_reward
+            raw_total += raw
             if result.done:
                 break
-        self._record(action.action_type, raw, start)
+        self._record(action.action_type, raw_total, start)
         return self._observation(reward=raw, rubric=rubric)
 
     @property
@@ -147,13 +154,14 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
         return base64.b64encode(buffer.getvalue()).decode("ascii")
 
-    def _record(self, action_type: str, raw: float, start: tuple[float, float]) -> None:
+    def _record(self, action_type: str, raw_total: float, start: tuple[float, float]) -> None:
+        """Update the bookkeeping of one step (``raw_total``: raw rewards of all its ticks)."""
         state, world = self._state, self._world
         state.step_count += 1
         state.num_turns += 1
         state.total_tool_calls += 1
         state.tool_call_counts[action_type] = state.tool_call_counts.get(action_type, 0) + 1
-        state.total_reward += raw
+        state.total_reward += raw_total
         state.total_distance += math.hypot(world.ego.x - start[0], world.ego.y - start[1])
         speed = world.speed_kmh
         state.max_speed = max(state.max_speed, speed)

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="concurrent WebSocket sessions (one simulator each)")
     parser.add_argument("--scenario", default="trolley_saves", help="scenario when a reset names none")
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be in 0..65535")
     try:
         app = create_server_app(args.scenario, args.max_sessions)
     except ValueError as exc:
