@@ -71,6 +71,11 @@ STATE_DEFAULTS = {"episode_id": None, "step_count": 0, "scenario_name": "default
 
 
 def test_wire_models_match_upstream_fields():
+    from carla_gym.openenv.models import ACTION_TYPES
+
+    assert set(ACTION_TYPES) == {"control", "emergency_stop", "brake_vehicle", "maintain_speed", "lane_change",
+                                 "observe", "init_navigation_agent", "set_destination", "follow_route",
+                                 "capture_image"}
     assert CarlaAction().model_dump() == ACTION_DEFAULTS
     assert list(CarlaAction().model_dump()) == list(ACTION_DEFAULTS)  # the client sends them in this order
     assert set(CarlaObservation.model_fields) == OBSERVATION_FIELDS

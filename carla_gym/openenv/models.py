@@ -9,12 +9,12 @@ information travels in ``CarlaState.scenario_data`` (``CarlaState`` allows extra
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
-ACTION_TYPES = (
+ActionType = Literal[
     "control",
     "emergency_stop",
     "brake_vehicle",
@@ -25,25 +25,16 @@ ACTION_TYPES = (
     "set_destination",
     "follow_route",
     "capture_image",
-)
+]
 """Every ``action_type`` upstream accepts."""
+
+ACTION_TYPES: tuple[str, ...] = get_args(ActionType)
 
 
 class CarlaAction(Action):
     """One tool call (upstream ``CarlaAction``); the client always sends every field."""
 
-    action_type: Literal[
-        "control",
-        "emergency_stop",
-        "brake_vehicle",
-        "maintain_speed",
-        "lane_change",
-        "observe",
-        "init_navigation_agent",
-        "set_destination",
-        "follow_route",
-        "capture_image",
-    ] = Field(default="observe", description="Which tool to call")
+    action_type: ActionType = Field(default="observe", description="Which tool to call")
     throttle: float = Field(default=0.0, ge=0.0, le=1.0, description="control: throttle in [0, 1]")
     steer: float = Field(default=0.0, ge=-1.0, le=1.0, description="control: steer in [-1, 1], positive right")
     brake: float = Field(default=0.0, ge=0.0, le=1.0, description="control: brake in [0, 1]")
