@@ -12,6 +12,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from websockets.sync.client import connect
 
@@ -313,3 +315,72 @@ def test_server_death_and_restart(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("frame", ["[1, 2]", "5", "null", '"hi"', "9" * 5000, "[" * 100_000, b"\x00binary"])
+def test_hostile_frames_get_invalid_json_and_the_session_survives(server_url, frame):
+    with connect(_ws_url(server_url), open_timeout=10) as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"scenario_name": "trolley_micro_escape_exists"}}))
+        ws.recv(timeout=10)
+        ws.send(frame)
+        reply = json.loads(ws.recv(timeout=10))
+        assert reply["type"] == "error" and reply["data"]["code"] == "INVALID_JSON"
+        ws.send(json.dumps({"type": "step", "data": {"action_type": "observe"}}))
+        assert json.loads(ws.recv(timeout=10))["data"]["observation"]["step_number"] == 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    max_leaves=12,
+)
+messages = st.one_of(
+    st.text(max_size=200),
+    st.binary(max_size=50),
+    json_values.map(json.dumps),
+    st.fixed_dictionaries({"type": st.sampled_from(["reset", "step", "state", "teleport"]),
+                           "data": json_values}).map(json.dumps),
+    st.fixed_dictionaries({"type": st.just("step"), "data": st.dictionaries(
+        st.sampled_from(["action_type", "throttle", "steer", "lane_direction", "target_lane_id", "metadata",
+                         "brake_intensity", "route_steps"]), json_values, max_size=4)}).map(json.dumps),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(messages, min_size=1, max_size=5))
+def test_fuzzed_messages_never_kill_the_session(server_url, frames):
+    with connect(_ws_url(server_url), open_timeout=10) as ws:
+        for frame in frames:
+            ws.send(frame)
+            reply = json.loads(ws.recv(timeout=10))
+            assert reply["type"] in ("observation", "state", "error")
+            if reply["type"] == "error":
+                assert reply["data"]["code"] in ("INVALID_JSON", "UNKNOWN_TYPE", "VALIDATION_ERROR",
+                                                 "EXECUTION_ERROR")
+        ws.send(json.dumps({"type": "reset", "data": {"scenario_name": "trolley_saves"}}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "observation"  # alive and usable
+
+
+def test_http_bad_input_gets_json_400_and_mcp_is_refused(server_url):
+    import urllib.error
+    import urllib.request
+
+    def post(path: str, body: dict) -> tuple[int, dict]:
+        request = urllib.request.Request(server_url + path, data=json.dumps(body).encode(),
+                                         headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+
+    status, body = post("/reset", {"scenario_name": "nope"})
+    assert status == 400 and "Unknown scenario" in body["detail"]
+    status, body = post("/step", {"action": {"action_type": "lane_change", "lane_direction": "up"}})
+    assert status == 400 and "lane_direction" in body["detail"]
+    status, body = post("/step", {"action": {"action_type": "observe", "throttle": 3}})
+    assert status == 422
+    status, body = post("/reset", {"scenario_name": "trolley_saves"})
+    assert status == 200 and body["observation"]["scenario_name"] == "trolley_saves"
+    status, body = post("/mcp", {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1})
+    assert status == 404 and "not an MCP" in body["detail"]

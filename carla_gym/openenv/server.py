@@ -11,31 +11,52 @@ import argparse
 import functools
 
 from carla_gym.openenv.environment import CarlaEnvironment
+from carla_gym.openenv.guard import Guard
 from carla_gym.openenv.models import CarlaAction, CarlaObservation
 from carla_gym.sim.scenarios import resolve_scenario
 
 DEFAULT_MAX_SESSIONS = 64
 """Default session limit: a GRPO batch of 64 rollouts on one server."""
 
+DEFAULT_SESSION_TIMEOUT = 600.0
+"""Idle time [s] after which a session is reclaimed, so idle clients cannot hold every slot."""
 
-def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS):
-    """Build the FastAPI app.
+
+def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS,
+                      session_timeout: float = DEFAULT_SESSION_TIMEOUT):
+    """Build the ASGI app: openenv-core's FastAPI app behind `carla_gym.openenv.guard.Guard`.
+
+    HTTP ``/reset`` and ``/step`` answer invalid values with status 400 and a JSON ``detail``
+    (openenv-core would answer 500 in plain text).
 
     Args:
         scenario_name: Scenario of a session's first reset when the client names none
             (upstream's default is ``trolley_saves``).
         max_sessions: Concurrent WebSocket sessions allowed, >= 1.
+        session_timeout: Idle time [s] before a session is reclaimed, > 0.
 
     Raises:
-        ValueError: Unknown scenario or ``max_sessions`` < 1.
+        ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
     """
+    from fastapi.responses import JSONResponse
     from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.types import ConcurrencyConfig
 
     resolve_scenario(scenario_name)
     if max_sessions < 1:
         raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
+    if not session_timeout > 0:
+        raise ValueError(f"session_timeout={session_timeout!r}: must be > 0 [s]")
     factory = functools.partial(CarlaEnvironment, scenario_name=scenario_name)
-    return create_app(factory, CarlaAction, CarlaObservation, env_name="carla_env", max_concurrent_envs=max_sessions)
+    config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
+    app = create_app(factory, CarlaAction, CarlaObservation, env_name="carla_env", concurrency_config=config)
+
+    async def bad_value(request, exc):  # invalid reset or step arguments over HTTP
+        return JSONResponse(status_code=400, content={"detail": f"{type(exc).__name__}: {exc}"})
+
+    app.add_exception_handler(ValueError, bad_value)
+    app.add_exception_handler(TypeError, bad_value)
+    return Guard(app)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,11 +68,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
                         help="concurrent WebSocket sessions (one simulator each)")
     parser.add_argument("--scenario", default="trolley_saves", help="scenario when a reset names none")
+    parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
+                        help="idle seconds before a session is reclaimed")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: must be in 0..65535")
     try:
-        app = create_server_app(args.scenario, args.max_sessions)
+        app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
     except ValueError as exc:
         parser.error(str(exc))
     import uvicorn

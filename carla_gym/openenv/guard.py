@@ -1,0 +1,77 @@
+"""ASGI guard in front of openenv-core's app: bad input gets an error envelope, never a dead session.
+
+openenv-core's ``/ws`` handler ends a session when a frame is binary, or is JSON that is not an
+object (``[1, 2]``, ``5``), has a number of more than 4,300 digits or nests too deeply. The
+guard answers such frames itself with upstream's ``INVALID_JSON`` error envelope and never
+passes them on, so the session and its episode live on. CARLA is not an MCP environment, so
+``/mcp`` (HTTP and WebSocket), which could otherwise open sessions that hold server slots, is
+refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_FRAME_BYTES = 1 << 20
+"""Largest accepted WebSocket text frame [bytes] (an action is well under 1 KiB)."""
+
+
+def frame_problem(message: dict[str, Any]) -> str | None:
+    """Why a ``websocket.receive`` ASGI message cannot go to the app, or None if it can."""
+    text = message.get("text")
+    if text is None:
+        return "binary frames are not supported; send JSON text"
+    if len(text) > MAX_FRAME_BYTES:
+        return f"frame of {len(text)} characters is larger than {MAX_FRAME_BYTES}"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return f"invalid JSON: {type(exc).__name__}: {str(exc)[:200]}"
+    if not isinstance(value, dict):
+        return f"a message must be a JSON object with a 'type', got {type(value).__name__}"
+    return None
+
+
+class Guard:
+    """ASGI middleware; see the module docstring.
+
+    Args:
+        app: The openenv-core FastAPI app.
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        """Serve one ASGI connection, filtering its WebSocket frames."""
+        path = scope.get("path", "")
+        if scope["type"] in ("http", "websocket") and (path == "/mcp" or path.startswith("/mcp/")):
+            await self._refuse_mcp(scope, send)
+            return
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def guarded_receive():
+            while True:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    return message
+                problem = frame_problem(message)
+                if problem is None:
+                    return message
+                reply = {"type": "error", "data": {"message": problem, "code": "INVALID_JSON"}}
+                await send({"type": "websocket.send", "text": json.dumps(reply)})
+
+        await self.app(scope, guarded_receive, send)
+
+    @staticmethod
+    async def _refuse_mcp(scope, send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": "CARLA is not an MCP environment"})
+            return
+        body = json.dumps({"detail": "CARLA is not an MCP environment"}).encode()
+        await send({"type": "http.response.start", "status": 404,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
