@@ -1,0 +1,124 @@
+"""Speed of the OpenEnv CARLA server on loopback: per-step latency and aggregate throughput.
+
+Usage:
+    python benchmarks/bench_server.py [--steps 2000] [--sessions 1 8 64] [--json results.json]
+
+Starts `python -m carla_gym.server` on a free 127.0.0.1 port, then measures with the project's
+client (`CarlaEnv(...).sync()`): round-trip latency p50/p99 of ``observe`` steps in one session;
+aggregate steps/s with N concurrent sessions (one thread and one client each, N servers slots);
+and a 10-tick tool call done as 1 + 10 round trips versus one round trip with the batching
+extension (``metadata={"ticks": 10}``). Targets (issue #3): p50 <= 1 ms, >= 5,000 steps/s at 64
+sessions on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from carla_gym.openenv import CarlaAction, CarlaEnv
+
+OBSERVE = CarlaAction(action_type="observe")
+CONFIG = {"max_steps": 100_000, "initial_speed_kmh": 0.0}  # a long, collision-free episode
+
+
+def start_server(max_sessions: int) -> tuple[subprocess.Popen, str]:
+    """Start the server on a free port and wait (at most 60 s) until it accepts connections."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), "--max-sessions",
+                             str(max_sessions)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not start within 60 s")
+
+
+def latency(url: str, steps: int) -> dict:
+    """Per-step round-trip times [ms] of one session."""
+    with CarlaEnv(base_url=url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_micro_escape_exists", scenario_config=CONFIG)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            env.step(OBSERVE)
+            times.append((time.perf_counter() - start) * 1e3)
+        one_by_one, batched = [], []
+        for _ in range(50):
+            start = time.perf_counter()
+            for _ in range(11):
+                env.step(OBSERVE)
+            one_by_one.append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            env.step(CarlaAction(action_type="observe", metadata={"ticks": 11}))
+            batched.append((time.perf_counter() - start) * 1e3)
+    times.sort()
+    return {"p50_ms": times[len(times) // 2], "p99_ms": times[int(len(times) * 0.99) - 1],
+            "tool_call_11_round_trips_ms": statistics.median(one_by_one),
+            "tool_call_batched_ms": statistics.median(batched)}
+
+
+def throughput(url: str, sessions: int, steps: int) -> float:
+    """Aggregate steps/s of ``sessions`` concurrent clients doing ``steps`` steps each."""
+    ready, errors = threading.Barrier(sessions + 1), []
+
+    def run() -> None:
+        try:
+            with CarlaEnv(base_url=url, message_timeout_s=120).sync() as env:
+                env.reset(scenario_name="trolley_micro_escape_exists", scenario_config=CONFIG)
+                ready.wait()
+                for _ in range(steps):
+                    env.step(OBSERVE)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+            ready.abort()
+
+    threads = [threading.Thread(target=run) for _ in range(sessions)]
+    for t in threads:
+        t.start()
+    ready.wait(timeout=120)
+    start = time.perf_counter()
+    for t in threads:
+        t.join(timeout=600)
+    if errors:
+        raise RuntimeError(f"{len(errors)} sessions failed: {errors[:3]}")
+    return sessions * steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    """Run the measurements, print them and optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000, help="latency samples")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--steps-per-session", type=int, default=200)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    proc, url = start_server(max(args.sessions))
+    try:
+        results = latency(url, args.steps)
+        for n in args.sessions:
+            results[f"steps_per_s_{n}_sessions"] = throughput(url, n, args.steps_per_session)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    for key, value in results.items():
+        print(f"{key:32s} {value:,.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
