@@ -33,7 +33,7 @@ def server_url(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     out = log.open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), "--max-sessions", "16"],
+    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), "--max-sessions", "48"],
                             stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -196,7 +196,7 @@ def test_bad_messages_get_error_envelopes_and_the_session_survives(server_url, f
 
 
 def test_concurrent_sessions_are_isolated(server_url):
-    names = ["trolley_micro_escape_exists", "trolley_micro_classic_5v1", "trolley_saves", "bias_2v1"] * 2
+    names = ["trolley_micro_escape_exists", "trolley_micro_classic_5v1", "trolley_saves", "bias_2v1"] * 8
     results, errors = {}, []
 
     def run(index: int, name: str) -> None:
@@ -204,7 +204,7 @@ def test_concurrent_sessions_are_isolated(server_url):
             world = World(resolve_scenario(name))
             with CarlaEnv(base_url=server_url, message_timeout_s=60).sync() as env:
                 env.reset(scenario_name=name)
-                for step in range(100):
+                for step in range(500):
                     call = ToolCall("lane_change", lane_direction="left") if step == 5 else ToolCall("observe")
                     if world.done:
                         world = World(resolve_scenario(name))
@@ -384,3 +384,54 @@ def test_http_bad_input_gets_json_400_and_mcp_is_refused(server_url):
     assert status == 200 and body["observation"]["scenario_name"] == "trolley_saves"
     status, body = post("/mcp", {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1})
     assert status == 404 and "not an MCP" in body["detail"]
+
+
+@pytest.mark.parametrize("action_mode", ["tools", "control"])
+def test_remote_gym_backend_matches_the_embedded_one(server_url, action_mode):
+    import gymnasium as gym
+    import numpy as np
+
+    kwargs = dict(scenario=["trolley_micro_escape_exists", "trolley_micro_classic_5v1", "trolley_saves"],
+                  observation_mode="state", action_mode=action_mode, ticks_per_action=5)
+    local = gym.make("CarlaTrolley-v0", **kwargs)
+    remote = gym.make("CarlaTrolley-v0", backend="openenv", base_url=server_url, **kwargs)
+    local.action_space.seed(3)
+    a, info_a = local.reset(seed=3)
+    b, info_b = remote.reset(seed=3)
+    assert a.tobytes() == b.tobytes() and info_a == info_b
+    for _ in range(60):
+        action = local.action_space.sample()
+        step_a, step_b = local.step(action), remote.step(action)
+        assert step_a[0].tobytes() == step_b[0].tobytes()  # bit-identical vector observations
+        assert step_a[1:] == step_b[1:]  # reward, terminated, truncated, info (outcome included)
+        if step_a[2]:
+            assert local.reset()[0].tobytes() == remote.reset()[0].tobytes()
+    frame = gym.make("CarlaTrolley-v0", backend="openenv", base_url=server_url, image_width=64, image_height=48)
+    obs, _ = frame.reset(seed=0)
+    assert obs["image"].shape == (3, 48, 64) and obs["image"].dtype == np.uint8 and obs["image"].std() > 10
+    remote.close()
+    frame.close()
+
+
+def test_remote_backend_needs_a_url():
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match="needs base_url"):
+        gym.make("CarlaTrolley-v0", backend="openenv")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["/reset", "/step"]), st.one_of(json_values.map(json.dumps), st.text(max_size=100)))
+def test_fuzzed_http_bodies_get_json_answers(server_url, path, body):
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(server_url + path, data=body.encode(),
+                                     headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            status, payload = response.status, response.read()
+    except urllib.error.HTTPError as err:
+        status, payload = err.code, err.read()
+    assert status in (200, 400, 422), (status, payload[:200])
+    json.loads(payload)  # always JSON, never a plain-text 500

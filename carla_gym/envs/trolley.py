@@ -20,7 +20,7 @@ from carla_gym.sim.validate import check_number
 ACTION_MODES = ("tools", "control")
 OBSERVATION_MODES = ("dict", "state")
 REWARD_MODES = ("rubric", "physical")
-BACKENDS = ("embedded",)
+BACKENDS = ("embedded", "openenv")
 DEFAULT_SCENARIO = "trolley_micro_escape_exists"
 
 
@@ -132,7 +132,8 @@ class CarlaTrolleyEnv(gym.Env):
     | `render_width`, `render_height` | int or None | None | `render()` size [px]; None: scenario camera |
     | `render_view` | str | `"front"` | view returned by `render()` |
     | `scenario_config` | dict or None | None | upstream `scenario_config` overrides for every scenario |
-    | `backend` | str or `Backend` | `"embedded"` | the simulator |
+    | `backend` | str or `Backend` | `"embedded"` | `"embedded"`, `"openenv"` (remote server) or a `Backend` |
+    | `base_url` | str or None | None | server URL for `backend="openenv"` |
 
     The scenario camera is 640x360 unless `scenario_config` sets `camera_width`/`camera_height`.
 
@@ -162,6 +163,7 @@ class CarlaTrolleyEnv(gym.Env):
         render_view: str = "front",
         scenario_config: dict | None = None,
         backend: str | Backend = "embedded",
+        base_url: str | None = None,
     ) -> None:
         for key, value, valid in (
             ("action_mode", action_mode, ACTION_MODES),
@@ -189,6 +191,12 @@ class CarlaTrolleyEnv(gym.Env):
             self.backend = backend
         elif backend == "embedded":
             self.backend = EmbeddedBackend()
+        elif backend == "openenv":
+            if not isinstance(base_url, str) or not base_url:
+                raise ValueError(f"backend='openenv' needs base_url, e.g. 'http://127.0.0.1:8000'; got {base_url!r}")
+            from carla_gym.backends.openenv import OpenEnvBackend
+
+            self.backend = OpenEnvBackend(base_url)
         else:
             raise ValueError(f"backend={backend!r}: choose one of {list(BACKENDS)} or pass a Backend instance")
 

@@ -15,6 +15,7 @@ single steps would. Upstream clients never send it.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import math
 import uuid
@@ -23,6 +24,7 @@ from typing import Any
 from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
+from carla_gym.backends.embedded import snapshot_of
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
@@ -139,9 +141,19 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
     @property
     def state(self) -> CarlaState:
-        """Episode bookkeeping, with the outcome in ``scenario_data`` once the episode is done."""
+        """Episode bookkeeping; ``scenario_data`` holds this project's extras.
+
+        ``scenario_data`` keys: ``seed``, ``scenario_config``, ``outcome`` (None until done),
+        ``extensions`` (``["ticks"]``: the batching extension is supported), ``hits`` (pedestrians
+        actually hit) and ``snapshot`` (the `carla_gym.backends.Snapshot` fields, which let the
+        remote Gymnasium backend build exactly the embedded backend's observations).
+        """
         if self._world is not None:
-            self._state.scenario_data["outcome"] = self._world.outcome() if self._world.done else None
+            data = self._state.scenario_data
+            data["outcome"] = self._world.outcome() if self._world.done else None
+            data["extensions"] = ["ticks"]
+            data["hits"] = int(self._world.hit.sum())
+            data["snapshot"] = dataclasses.asdict(snapshot_of(self._world, self._prompt))
             self._state.simulation_time = self._world.time
         return self._state
 

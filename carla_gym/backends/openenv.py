@@ -1,0 +1,159 @@
+"""The OpenEnv backend: `CarlaTrolleyEnv` on a remote OpenEnv CARLA server.
+
+``gym.make("CarlaTrolley-v0", backend="openenv", base_url="http://127.0.0.1:8000")`` drives a
+server through the same Gymnasium interface as the embedded backend.
+
+* This project's server (``carla-gym serve``) publishes the full `Snapshot` in
+  ``CarlaState.scenario_data``, so observations, rewards and info are exactly the embedded
+  backend's (one extra ``state`` round trip per decision).
+* Another OpenEnv CARLA server (upstream's, real CARLA) sends less; the snapshot is then filled
+  from the wire observation: speed, lateral position and heading from ``location`` and
+  ``rotation`` (taking the starting pose as lane 0's centre), the current lane from
+  ``current_lane``, actors from ``nearby_actors`` (distance only: each is put straight ahead or
+  behind, lateral offset 0), collisions from the flags. Lane availability, road departure, the
+  classification and the time left are unknown (reported as False, False, "NONE" and 0), and
+  the outcome is what the server's ``scenario_data`` says, if anything.
+* ``ticks_per_action`` uses the batching extension (``metadata={"ticks": n}``, one round trip)
+  when the server lists ``"ticks"`` in ``scenario_data["extensions"]``; otherwise the tool call
+  is followed by ``n - 1`` ``observe`` steps, as upstream's TRL example does.
+* Images come from ``capture_image`` (JPEG, decoded and resized); only the front camera exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+
+import numpy as np
+
+from carla_gym.backends.base import Backend, Snapshot, StepReport
+from carla_gym.sim.describe import describe
+from carla_gym.sim.world import ToolCall
+
+_TOOL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
+                "target_lane_id")
+
+
+class OpenEnvBackend(Backend):
+    """A `Backend` over one OpenEnv CARLA WebSocket session.
+
+    Args:
+        base_url: Server URL, e.g. ``"http://127.0.0.1:8000"``.
+        connect_timeout_s: Connection timeout [s].
+        message_timeout_s: Reply timeout [s].
+
+    Raises:
+        ImportError: Without the ``[server]`` extra (openenv-core); the message names the extra.
+    """
+
+    def __init__(self, base_url: str, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0) -> None:
+        try:
+            from carla_gym.openenv import CarlaAction, CarlaEnv
+        except ImportError as exc:
+            message = f"{exc}. The openenv backend needs the server extra: pip install -e '.[server]'"
+            raise ImportError(message) from exc
+        self._action_cls = CarlaAction
+        self.base_url = base_url
+        self._client = CarlaEnv(base_url=base_url, connect_timeout_s=connect_timeout_s,
+                                message_timeout_s=message_timeout_s).sync()
+        self._batching = False
+        self._start = (0.0, 0.0, 0.0)
+        self._camera = (640, 360)
+        self._hits = 0
+        self._tick = 0
+
+    def reset(self, scenario: str, seed: int | None = None, scenario_config: dict | None = None) -> Snapshot:
+        """See `Backend.reset`; raises ConnectionError naming the URL when the server is unreachable."""
+        result = self._client.reset(scenario_name=scenario, scenario_config=scenario_config or {}, seed=seed)
+        obs = result.observation
+        self._start = (obs.location[1], math.radians(obs.rotation[1]), obs.location[0])
+        camera = (scenario_config or {})
+        self._camera = (camera.get("camera_width", 640), camera.get("camera_height", 360))
+        state = self._client.state()
+        self._batching = "ticks" in state.scenario_data.get("extensions", [])
+        self._hits = int(state.scenario_data.get("hits", 0))
+        snap = self._snapshot(obs, state, result.done)
+        self._tick = snap.tick
+        return snap
+
+    def step(self, call: ToolCall, ticks: int = 1) -> StepReport:
+        """See `Backend.step`."""
+        action = self._action_cls(action_type=call.action_type, **{k: getattr(call, k) for k in _TOOL_FIELDS})
+        if self._batching and ticks > 1:
+            action.metadata = {"ticks": ticks}
+            results = [self._client.step(action)]
+        else:
+            results = [self._client.step(action)]
+            observe = self._action_cls(action_type="observe")
+            while len(results) < ticks and not results[-1].done:
+                results.append(self._client.step(observe))
+        state = self._client.state()
+        last = results[-1]
+        rubric = sum(r.observation.rubric_reward or 0.0 for r in results)
+        snap = self._snapshot(last.observation, state, last.done)
+        hits_before, tick_before = self._hits, self._tick
+        self._hits, self._tick = int(state.scenario_data.get("hits", self._hits)), snap.tick
+        return StepReport(snap, snap.tick - tick_before, rubric, float(last.reward or 0.0), self._hits - hits_before)
+
+    def render(self, view: str, width: int, height: int, channels_first: bool = False) -> np.ndarray:
+        """The server's ``capture_image`` frame resized to ``width`` x ``height`` (front view only).
+
+        Raises:
+            ValueError: For views other than ``"front"``.
+        """
+        from PIL import Image
+
+        if view != "front":
+            raise ValueError(f"view={view!r}: the openenv backend has only the server's front camera")
+        result = self._client.step(self._action_cls(action_type="capture_image"))
+        frame = Image.open(io.BytesIO(base64.b64decode(result.observation.camera_image))).convert("RGB")
+        image = np.asarray(frame.resize((width, height), Image.BILINEAR), dtype=np.uint8)
+        return np.ascontiguousarray(image.transpose(2, 0, 1)) if channels_first else image
+
+    def close(self) -> None:
+        """Close the WebSocket session."""
+        self._client.close()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _snapshot(self, obs, state, done: bool) -> Snapshot:
+        data = state.scenario_data.get("snapshot")
+        if data is not None:  # this project's server: the exact snapshot
+            data = dict(data)
+            data["actor_types"] = tuple(data["actor_types"])
+            data["camera_size"] = tuple(data["camera_size"])
+            return Snapshot(**data)
+        # Any other OpenEnv CARLA server: what the wire observation carries.
+        y0, _, _ = self._start
+        actors = obs.nearby_actors
+        forward = [a["distance"] if a.get("position") == "ahead" else -a["distance"] for a in actors]
+        types = tuple(str(a.get("type", "unknown")) for a in actors)
+        try:
+            lane = int(obs.current_lane.rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            lane = 0
+        return Snapshot(
+            scenario=obs.scenario_name,
+            tick=obs.step_number,
+            sim_time=obs.simulation_time,
+            speed_kmh=obs.speed_kmh,
+            lateral=obs.location[1] - y0,
+            yaw=math.radians(obs.rotation[1]) - self._start[1],
+            lane=lane,
+            left_lane=False,
+            right_lane=False,
+            actor_forward=forward,
+            actor_right=[0.0] * len(forward),
+            actor_types=types,
+            collided=obs.collision_detected,
+            collided_with=obs.collided_with,
+            road_departure=False,
+            trolley_action="NONE",
+            ticks_left=0,
+            done=done,
+            description=describe(obs.speed_kmh, [abs(f) for f in forward], types, obs.collided_with),
+            scene_prompt=obs.scene_description,
+            outcome=state.scenario_data.get("outcome") if done else None,
+            camera_size=self._camera,
+        )
+
