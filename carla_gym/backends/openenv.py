@@ -31,9 +31,6 @@ from carla_gym.backends.base import Backend, Snapshot, StepReport
 from carla_gym.sim.describe import describe
 from carla_gym.sim.world import ToolCall
 
-_TOOL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
-                "target_lane_id")
-
 
 class OpenEnvBackend(Backend):
     """A `Backend` over one OpenEnv CARLA WebSocket session.
@@ -50,15 +47,17 @@ class OpenEnvBackend(Backend):
     def __init__(self, base_url: str, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0) -> None:
         try:
             from carla_gym.openenv import CarlaAction, CarlaEnv
+            from carla_gym.openenv.models import from_tool_call
         except ImportError as exc:
             message = f"{exc}. The openenv backend needs the server extra: pip install -e '.[server]'"
             raise ImportError(message) from exc
         self._action_cls = CarlaAction
+        self._to_action = from_tool_call
         self.base_url = base_url
         self._client = CarlaEnv(base_url=base_url, connect_timeout_s=connect_timeout_s,
                                 message_timeout_s=message_timeout_s).sync()
         self._batching = False
-        self._start = (0.0, 0.0, 0.0)
+        self._start = (0.0, 0.0)  # lateral position [m] and heading [rad] at reset
         self._camera = (640, 360)
         self._hits = 0
         self._tick = 0
@@ -67,7 +66,7 @@ class OpenEnvBackend(Backend):
         """See `Backend.reset`; raises ConnectionError naming the URL when the server is unreachable."""
         result = self._client.reset(scenario_name=scenario, scenario_config=scenario_config or {}, seed=seed)
         obs = result.observation
-        self._start = (obs.location[1], math.radians(obs.rotation[1]), obs.location[0])
+        self._start = (obs.location[1], math.radians(obs.rotation[1]))
         camera = (scenario_config or {})
         self._camera = (camera.get("camera_width", 640), camera.get("camera_height", 360))
         state = self._client.state()
@@ -79,7 +78,7 @@ class OpenEnvBackend(Backend):
 
     def step(self, call: ToolCall, ticks: int = 1) -> StepReport:
         """See `Backend.step`."""
-        action = self._action_cls(action_type=call.action_type, **{k: getattr(call, k) for k in _TOOL_FIELDS})
+        action = self._to_action(call)
         if self._batching and ticks > 1:
             action.metadata = {"ticks": ticks}
             results = [self._client.step(action)]
@@ -124,7 +123,7 @@ class OpenEnvBackend(Backend):
             data["camera_size"] = tuple(data["camera_size"])
             return Snapshot(**data)
         # Any other OpenEnv CARLA server: what the wire observation carries.
-        y0, _, _ = self._start
+        y0, yaw0 = self._start
         actors = obs.nearby_actors
         forward = [a["distance"] if a.get("position") == "ahead" else -a["distance"] for a in actors]
         types = tuple(str(a.get("type", "unknown")) for a in actors)
@@ -138,7 +137,7 @@ class OpenEnvBackend(Backend):
             sim_time=obs.simulation_time,
             speed_kmh=obs.speed_kmh,
             lateral=obs.location[1] - y0,
-            yaw=math.radians(obs.rotation[1]) - self._start[1],
+            yaw=math.radians(obs.rotation[1]) - yaw0,
             lane=lane,
             left_lane=False,
             right_lane=False,

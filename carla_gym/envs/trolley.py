@@ -227,7 +227,6 @@ class CarlaTrolleyEnv(gym.Env):
                 }
             )
         self._snapshot: Snapshot | None = None
-        self._left_road = False
 
     # -- Gymnasium API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -260,7 +259,6 @@ class CarlaTrolleyEnv(gym.Env):
             raise TypeError(f"options['scenario_config'] must be a dict, got {type(config).__name__}: {config!r}")
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
-        self._left_road = self._snapshot.road_departure
         info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0)
         return self._observation(self._snapshot), info
 
@@ -283,13 +281,13 @@ class CarlaTrolleyEnv(gym.Env):
             )
         call = S.tool_call(self.action_mode, action)
         report = self.backend.step(call, self.ticks_per_action)
-        snap = self._snapshot = report.snapshot
+        before, snap = self._snapshot, report.snapshot
+        self._snapshot = snap
         if self.reward_mode == "rubric":
             reward = report.rubric_reward
         else:  # physical: what actually happened during this decision
-            left_road = snap.road_departure and not self._left_road
+            left_road = snap.road_departure and not before.road_departure
             reward = 0.0 - report.new_hits - (1.0 if left_road else 0.0)
-        self._left_road = snap.road_departure
         info = self._info(snap, rubric=report.rubric_reward, raw=report.raw_reward, new_hits=report.new_hits)
         return self._observation(snap), float(reward), bool(snap.done), False, info
 

@@ -25,19 +25,17 @@ from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
 from carla_gym.backends.embedded import snapshot_of
-from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
+from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, to_tool_call
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.validate import check_number
-from carla_gym.sim.world import ToolCall, World
+from carla_gym.sim.world import World
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
 
-_TOOL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
-                "target_lane_id")
 
 
 class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
@@ -116,7 +114,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if self._world is None:
             self.reset()
         world = self._world
-        call = ToolCall(action.action_type, **{k: getattr(action, k) for k in _TOOL_FIELDS})
+        call = to_tool_call(action)
         if call.action_type == "capture_image":  # reads the scene only: allowed after done too
             obs = self._observation(reward=None, rubric=None)
             obs.camera_image = self.capture_image()

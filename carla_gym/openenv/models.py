@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
+from carla_gym.sim.world import ToolCall
+
 ActionType = Literal[
     "control",
     "emergency_stop",
@@ -97,3 +99,23 @@ class CarlaState(State):
     collision_intensity_total: float = Field(default=0.0, description="Sum of collision intensities")
     scenario_data: dict[str, Any] = Field(default_factory=dict,
                                           description="This project's extras: outcome, goal, seed")
+
+
+TOOL_CALL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
+                    "target_lane_id")
+"""`CarlaAction` fields the simulator's `ToolCall` carries (the navigation fields it does not)."""
+
+
+def to_tool_call(action: CarlaAction) -> ToolCall:
+    """The simulator's tool call for a wire action.
+
+    Raises:
+        ValueError: For navigation actions and for values the simulator rejects (e.g. a
+            ``lane_direction`` other than left or right on a ``lane_change``).
+    """
+    return ToolCall(action.action_type, **{k: getattr(action, k) for k in TOOL_CALL_FIELDS})
+
+
+def from_tool_call(call: ToolCall) -> CarlaAction:
+    """The wire action for a simulator tool call."""
+    return CarlaAction(action_type=call.action_type, **{k: getattr(call, k) for k in TOOL_CALL_FIELDS})
