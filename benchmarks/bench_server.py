@@ -4,8 +4,9 @@ Usage:
     python benchmarks/bench_server.py [--steps 2000] [--sessions 1 8 64] [--json results.json]
 
 Starts `python -m carla_gym.server` on a free 127.0.0.1 port, then measures with the project's
-client (`CarlaEnv(...).sync()`): round-trip latency p50/p99 of ``observe`` steps in one session;
-aggregate steps/s with N concurrent sessions (one thread and one client each, N servers slots);
+client: round-trip latency p50/p99 of ``observe`` steps in one session (``CarlaEnv(...).sync()``);
+aggregate steps/s with N concurrent sessions, first as N async clients on one event loop (how an
+async rollout loop uses the client), then as N blocking clients in N threads;
 and a 10-tick tool call done as 1 + 10 round trips versus one round trip with the batching
 extension (``metadata={"ticks": 10}``). Targets (issue #3): p50 <= 1 ms, >= 5,000 steps/s at 64
 sessions on a 2-core machine.
@@ -14,6 +15,7 @@ sessions on a 2-core machine.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import socket
 import statistics
@@ -71,8 +73,37 @@ def latency(url: str, steps: int) -> dict:
             "tool_call_batched_ms": statistics.median(batched)}
 
 
-def throughput(url: str, sessions: int, steps: int) -> float:
-    """Aggregate steps/s of ``sessions`` concurrent clients doing ``steps`` steps each."""
+def throughput_async(url: str, sessions: int, steps: int) -> float:
+    """Aggregate steps/s of ``sessions`` async clients sharing one event loop (a GRPO rollout loop)."""
+    connected = []
+
+    async def run(ready: asyncio.Event) -> None:
+        async with CarlaEnv(base_url=url, message_timeout_s=120) as env:
+            await env.reset(scenario_name="trolley_micro_escape_exists", scenario_config=CONFIG)
+            connected.append(1)
+            await ready.wait()
+            for _ in range(steps):
+                await env.step(OBSERVE)
+
+    async def measure() -> float:
+        ready = asyncio.Event()
+        tasks = [asyncio.create_task(run(ready)) for _ in range(sessions)]
+        deadline = time.monotonic() + 120
+        while len(connected) < sessions:  # every session connected and reset
+            if time.monotonic() > deadline or any(t.done() for t in tasks):
+                await asyncio.gather(*tasks)  # raises the failure, if any
+                raise RuntimeError(f"only {len(connected)} of {sessions} sessions started")
+            await asyncio.sleep(0.05)
+        start = time.perf_counter()
+        ready.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=600)
+        return sessions * steps / (time.perf_counter() - start)
+
+    return asyncio.run(measure())
+
+
+def throughput_threads(url: str, sessions: int, steps: int) -> float:
+    """Aggregate steps/s of ``sessions`` blocking clients (``.sync()``), one thread each."""
     ready, errors = threading.Barrier(sessions + 1), []
 
     def run() -> None:
@@ -110,7 +141,9 @@ def main() -> None:
     try:
         results = latency(url, args.steps)
         for n in args.sessions:
-            results[f"steps_per_s_{n}_sessions"] = throughput(url, n, args.steps_per_session)
+            results[f"async_steps_per_s_{n}_sessions"] = throughput_async(url, n, args.steps_per_session)
+        for n in args.sessions:
+            results[f"sync_threads_steps_per_s_{n}_sessions"] = throughput_threads(url, n, args.steps_per_session)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

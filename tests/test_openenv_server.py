@@ -29,7 +29,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory):
+def server(tmp_path_factory):
+    """A server process: (URL, path of its combined stdout/stderr log)."""
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     out = log.open("w")
@@ -50,10 +51,15 @@ def server_url(tmp_path_factory):
         proc.wait(timeout=10)
         out.close()
         raise RuntimeError("server did not start within 60 s")
-    yield f"http://127.0.0.1:{port}"
+    yield f"http://127.0.0.1:{port}", log
     proc.terminate()
     proc.wait(timeout=10)
     out.close()
+
+
+@pytest.fixture(scope="module")
+def server_url(server):
+    return server[0]
 
 
 # Spec section 4.1 / 5.1 / 5.5: field names and defaults of upstream's models.
@@ -435,3 +441,19 @@ def test_fuzzed_http_bodies_get_json_answers(server_url, path, body):
         status, payload = err.code, err.read()
     assert status in (200, 400, 422), (status, payload[:200])
     json.loads(payload)  # always JSON, never a plain-text 500
+
+
+def test_vanishing_clients_leave_no_server_errors(server):
+    url, log = server
+    ws_url = url.replace("http", "ws") + "/ws"
+    for _ in range(3):  # drop the TCP connection mid-session without a WebSocket close frame
+        with connect(ws_url) as ws:
+            ws.send(json.dumps({"type": "reset", "data": {}}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+            ws.socket.shutdown(socket.SHUT_RDWR)
+            ws.socket.close()
+    with CarlaEnv(base_url=url).sync() as env:  # the server still serves
+        assert env.reset(scenario_name="trolley_saves").observation.scenario_name == "trolley_saves"
+    time.sleep(0.5)
+    text = log.read_text()
+    assert "Traceback" not in text and "Exception in ASGI application" not in text, text[-3000:]

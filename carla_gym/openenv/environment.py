@@ -37,6 +37,22 @@ MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
 
 
+@dataclasses.dataclass
+class _Tally:
+    """Running bookkeeping of an episode.
+
+    Kept in plain Python (a pydantic model validates every assignment) and copied into
+    `CarlaState` when the state is read.
+    """
+
+    steps: int = 0
+    tool_call_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    total_reward: float = 0.0
+    total_distance: float = 0.0
+    max_speed: float = 0.0
+    average_speed: float = 0.0
+    collision: dict | None = None
+
 
 class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
     """One isolated embedded simulator per WebSocket session.
@@ -58,7 +74,8 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         self._config = dict(scenario_config or {})
         self._world: World | None = None
         self._prompt = ""
-        self._state = CarlaState(scenario_name=scenario_name)
+        self._state = CarlaState(scenario_name=scenario_name)  # the episode's fixed fields
+        self._tally = _Tally()
 
     # -- OpenEnv API ---------------------------------------------------------------------------
     def reset(
@@ -102,6 +119,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             weather=spec.weather,
             scenario_data={"seed": seed, "scenario_config": config},
         )
+        self._tally = _Tally()
         return self._observation(reward=None, rubric=None)
 
     def step(self, action: CarlaAction, timeout_s: float | None = None, **kwargs: Any) -> CarlaObservation:
@@ -137,6 +155,23 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         self._record(action.action_type, raw_total, start)
         return self._observation(reward=raw, rubric=rubric)
 
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+                          scenario_name: str | None = None, scenario_config: dict | None = None,
+                          **kwargs: Any) -> CarlaObservation:
+        """`reset` run inline on the server's event loop (see `step_async`)."""
+        return self.reset(seed, episode_id, scenario_name, scenario_config, **kwargs)
+
+    async def step_async(self, action: CarlaAction, timeout_s: float | None = None,
+                         **kwargs: Any) -> CarlaObservation:
+        """`step` run inline on the server's event loop.
+
+        openenv-core runs a synchronous ``step`` on a thread pool, one hop per message; a tick
+        here takes tens of microseconds, far less than the hop, so the server calls this instead
+        and stays on one thread. A batched step of ``MAX_TICKS_PER_STEP`` ticks holds the loop
+        for about 10 ms.
+        """
+        return self.step(action, timeout_s, **kwargs)
+
     @property
     def state(self) -> CarlaState:
         """Episode bookkeeping; ``scenario_data`` holds this project's extras.
@@ -146,14 +181,23 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         actually hit) and ``snapshot`` (the `carla_gym.backends.Snapshot` fields, which let the
         remote Gymnasium backend build exactly the embedded backend's observations).
         """
-        if self._world is not None:
-            data = self._state.scenario_data
-            data["outcome"] = self._world.outcome() if self._world.done else None
-            data["extensions"] = ["ticks"]
-            data["hits"] = int(self._world.hit.sum())
-            data["snapshot"] = dataclasses.asdict(snapshot_of(self._world, self._prompt))
-            self._state.simulation_time = self._world.time
-        return self._state
+        if self._world is None:
+            return self._state
+        tally, world = self._tally, self._world
+        data = dict(self._state.scenario_data)
+        data["outcome"] = world.outcome() if world.done else None
+        data["extensions"] = ["ticks"]
+        data["hits"] = int(world.hit.sum())
+        data["snapshot"] = dataclasses.asdict(snapshot_of(world, self._prompt))
+        collisions = [dict(tally.collision)] if tally.collision else []
+        return self._state.model_copy(update={
+            "step_count": tally.steps, "num_turns": tally.steps, "total_tool_calls": tally.steps,
+            "tool_call_counts": dict(tally.tool_call_counts), "total_reward": tally.total_reward,
+            "total_distance": tally.total_distance, "simulation_time": world.time,
+            "max_speed": tally.max_speed, "average_speed": tally.average_speed, "collisions": collisions,
+            "collisions_count": len(collisions),
+            "collision_intensity_total": collisions[0]["intensity"] if collisions else 0.0,
+            "scenario_data": data})
 
     # -- helpers -------------------------------------------------------------------------------
     def capture_image(self) -> str:
@@ -166,21 +210,17 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
     def _record(self, action_type: str, raw_total: float, start: tuple[float, float]) -> None:
         """Update the bookkeeping of one step (``raw_total``: raw rewards of all its ticks)."""
-        state, world = self._state, self._world
-        state.step_count += 1
-        state.num_turns += 1
-        state.total_tool_calls += 1
-        state.tool_call_counts[action_type] = state.tool_call_counts.get(action_type, 0) + 1
-        state.total_reward += raw_total
-        state.total_distance += math.hypot(world.ego.x - start[0], world.ego.y - start[1])
+        tally, world = self._tally, self._world
+        tally.steps += 1
+        tally.tool_call_counts[action_type] = tally.tool_call_counts.get(action_type, 0) + 1
+        tally.total_reward += raw_total
+        tally.total_distance += math.hypot(world.ego.x - start[0], world.ego.y - start[1])
         speed = world.speed_kmh
-        state.max_speed = max(state.max_speed, speed)
-        state.average_speed += (speed - state.average_speed) / state.num_turns
-        if world.collided and not state.collisions:
-            state.collisions.append({"frame": state.step_count, "actor_id": 100 + world.first_hit,
-                                     "actor_type": world.collided_with, "intensity": speed})
-            state.collisions_count = 1
-            state.collision_intensity_total = speed
+        tally.max_speed = max(tally.max_speed, speed)
+        tally.average_speed += (speed - tally.average_speed) / tally.steps
+        if world.collided and tally.collision is None:
+            tally.collision = {"frame": tally.steps, "actor_id": 100 + world.first_hit,
+                               "actor_type": world.collided_with, "intensity": speed}
 
     def _observation(self, reward: float | None, rubric: float | None) -> CarlaObservation:
         world = self._world
@@ -195,7 +235,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             collided_with=world.collided_with,
             scenario_name=self._name,
             simulation_time=world.time,
-            step_number=self._state.step_count,
+            step_number=self._tally.steps,
             done_reason=DONE_REASON if world.done else "",
             rubric_reward=rubric,
             done=world.done,

@@ -5,13 +5,16 @@ object (``[1, 2]``, ``5``), has a number of more than 4,300 digits or nests too 
 guard answers such frames itself with upstream's ``INVALID_JSON`` error envelope and never
 passes them on, so the session and its episode live on. CARLA is not an MCP environment, so
 ``/mcp`` (HTTP and WebSocket), which could otherwise open sessions that hold server slots, is
-refused.
+refused. The closing error openenv-core raises when a client vanishes without a close frame
+is swallowed instead of logged as a server error.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from starlette.websockets import WebSocketDisconnect
 
 MAX_FRAME_BYTES = 1 << 20
 """Largest accepted WebSocket text frame [bytes] (an action is well under 1 KiB)."""
@@ -64,7 +67,12 @@ class Guard:
                 reply = {"type": "error", "data": {"message": problem, "code": "INVALID_JSON"}}
                 await send({"type": "websocket.send", "text": json.dumps(reply)})
 
-        await self.app(scope, guarded_receive, send)
+        try:
+            await self.app(scope, guarded_receive, send)
+        except WebSocketDisconnect:
+            # openenv-core closes the socket after a client vanished without a close frame and
+            # trips over the dead connection; the session is already cleaned up by then.
+            pass
 
     @staticmethod
     async def _refuse_mcp(scope, send) -> None:

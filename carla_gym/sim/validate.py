@@ -25,6 +25,10 @@ def check_number(key: str, value: Any, lo: float, hi: float, integer: bool = Fal
     Raises:
         ValueError: Naming the key, the bad value and the valid range.
     """
+    cls = type(value)  # fast path for plain Python numbers, the common case
+    if (cls is float and not integer) or cls is int:
+        if lo <= value <= hi:  # False for NaN; an int is finite
+            return value if integer or cls is float else float(value)
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or not lo <= value <= hi:
         raise ValueError(f"{key}={value!r}: must be {'an integer' if integer else 'a number'} in [{lo}, {hi}]")
