@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from carla_gym.io import write_json_atomic
 
 
 def _arg(default, help: str):  # noqa: A002 - argparse's name
@@ -116,13 +117,6 @@ def env_kwargs(args: Args) -> dict:
                 reward_mode=args.reward_mode)
 
 
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (a crash never leaves half a file)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> dict:
     """Train, save and evaluate; returns the evaluation summary."""
     args = parse_args(argv)
@@ -144,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", dataclasses.asdict(args))
+    write_json_atomic(out / "config.json", dataclasses.asdict(args))
 
     # --- env setup ---
     kwargs = env_kwargs(args)
@@ -178,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = evaluate(act, kwargs, episodes=args.eval_episodes)
     summary = {"train_seconds": round(train_seconds, 1), "total_timesteps": int(model.num_timesteps),
                **dataclasses.asdict(result)}
-    write_json(out / "eval.json", summary)
+    write_json_atomic(out / "eval.json", summary)
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
     mismatch = "n/a" if result.mismatch_rate is None else f"{result.mismatch_rate:.1%}"
     print(f"evaluation over {result.episodes} episodes: success rate {result.success_rate:.1%} (upstream rubric), "

@@ -7,16 +7,15 @@ Starts `python -m carla_gym.server` on a free 127.0.0.1 port, then measures with
 client: round-trip latency p50/p99 of ``observe`` steps in one session (``CarlaEnv(...).sync()``);
 aggregate steps/s with N concurrent sessions, first as N async clients on one event loop (how an
 async rollout loop uses the client), then as N blocking clients in N threads;
-and a 10-tick tool call done as 1 + 10 round trips versus one round trip with the batching
-extension (``metadata={"ticks": 10}``). Targets (issue #3): p50 <= 1 ms, >= 5,000 steps/s at 64
-sessions on a 2-core machine.
+and a TRL-style tool call (the action plus 10 observes: 11 ticks) done as 11 round trips versus
+one round trip with the batching extension (``metadata={"ticks": 11}``). Targets (issue #3):
+p50 <= 1 ms, >= 5,000 steps/s at 64 sessions on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import socket
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from carla_gym.io import report_results
 from carla_gym.openenv import CarlaAction, CarlaEnv
 
 OBSERVE = CarlaAction(action_type="observe")
@@ -120,7 +120,12 @@ def throughput_threads(url: str, sessions: int, steps: int) -> float:
     threads = [threading.Thread(target=run) for _ in range(sessions)]
     for t in threads:
         t.start()
-    ready.wait(timeout=120)
+    try:
+        ready.wait(timeout=120)
+    except threading.BrokenBarrierError:
+        for t in threads:
+            t.join(timeout=60)
+        raise RuntimeError(f"{len(errors)} sessions failed: {errors[:3]}") from None
     start = time.perf_counter()
     for t in threads:
         t.join(timeout=600)
@@ -147,10 +152,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    for key, value in results.items():
-        print(f"{key:32s} {value:,.2f}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    report_results(results, args.json)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     """Dispatch ``carla-gym <command>``; ``serve`` is the only command so far."""
     argv = sys.argv[1:] if argv is None else argv
-    usage = "usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME]"
+    usage = ("usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME] "
+             "[--session-timeout S]")
     if not argv:
         sys.exit(usage)
     if argv[0] in ("-h", "--help"):

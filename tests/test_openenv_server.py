@@ -236,9 +236,10 @@ def test_unreachable_server_fails_fast():
     port = _free_port()
     env = CarlaEnv(base_url=f"http://127.0.0.1:{port}", connect_timeout_s=2).sync()
     start = time.monotonic()
-    with pytest.raises(ConnectionError, match=str(port)):
+    with pytest.raises(ConnectionError, match=f"could not connect to ws://127.0.0.1:{port}/ws.*Is the server running"):
         env.reset()
     assert time.monotonic() - start < 10
+    assert CarlaEnv(base_url=f"http://127.0.0.1:{port}/ws/")._ws_url == f"ws://127.0.0.1:{port}/ws"
 
 
 def test_cli_errors_and_help():
@@ -273,10 +274,11 @@ def test_reset_arguments_are_validated_and_capture_works_after_done(server_url):
 
 def test_client_timeout_loses_the_session_until_reset(server_url):
     with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
-        env.reset(scenario_name="trolley_micro_escape_exists", scenario_config={"max_steps": 1000})
-        env._async._message_timeout = 1e-6  # the reply to the next call cannot arrive in time
+        env.reset(scenario_name="trolley_micro_escape_exists",
+                  scenario_config={"max_steps": 1000, "camera_width": 2048, "camera_height": 2048})
+        env._async._message_timeout = 0.01  # a 2048x2048 capture takes far longer
         with pytest.raises(TimeoutError):
-            env.step(CarlaAction(action_type="observe", metadata={"ticks": 1000}))
+            env.step(CarlaAction(action_type="capture_image"))
         env._async._message_timeout = 30
         with pytest.raises(ConnectionError, match="was lost"):
             env.step(CarlaAction(action_type="observe"))  # never a silent new episode
@@ -317,6 +319,10 @@ def test_server_death_and_restart(tmp_path):
         proc = start()
         assert env.reset(scenario_name="trolley_saves").observation.scenario_name == "trolley_saves"
         assert env.step(CarlaAction(action_type="observe")).observation.step_number == 1
+        proc.kill()  # a restart while the client sits idle: the first reset reconnects by itself
+        proc.wait(timeout=10)
+        proc = start()
+        assert env.reset(scenario_name="bias_3v1").observation.scenario_name == "bias_3v1"
         env.close()
     finally:
         proc.kill()
@@ -335,11 +341,13 @@ def test_hostile_frames_get_invalid_json_and_the_session_survives(server_url, fr
         assert json.loads(ws.recv(timeout=10))["data"]["observation"]["step_number"] == 1
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
-    max_leaves=12,
-)
+def _nest(inner):
+    return inner | st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+
+
+# JSON values nested up to three levels (explicit nesting: st.recursive warns spuriously on some runs)
+json_values = _nest(_nest(_nest(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                                | st.text(max_size=20))))
 messages = st.one_of(
     st.text(max_size=200),
     st.binary(max_size=50),
@@ -412,9 +420,25 @@ def test_remote_gym_backend_matches_the_embedded_one(server_url, action_mode):
         assert step_a[1:] == step_b[1:]  # reward, terminated, truncated, info (outcome included)
         if step_a[2]:
             assert local.reset()[0].tobytes() == remote.reset()[0].tobytes()
+    # overrides of one reset do not leak into the next (the server would merge them)
+    options = {"scenario": "trolley_saves", "scenario_config": {"action_deadline_step": 2, "initial_speed_kmh": 20.0}}
+    a, info_a = local.reset(options=options)
+    b, info_b = remote.reset(options=options)
+    assert a.tobytes() == b.tobytes() and info_a == info_b and info_a["speed_kmh"] == 20.0
+    a, info_a = local.reset(options={"scenario": "trolley_saves"})
+    b, info_b = remote.reset(options={"scenario": "trolley_saves"})
+    assert a.tobytes() == b.tobytes() and info_a == info_b and info_b["speed_kmh"] == 40.0
+    # images: the server's JPEG at the scenario camera size, resized (not the embedded square render)
+    from PIL import Image
+
+    from carla_gym.sim import render
+
     frame = gym.make("CarlaTrolley-v0", backend="openenv", base_url=server_url, image_width=64, image_height=48)
     obs, _ = frame.reset(seed=0)
-    assert obs["image"].shape == (3, 48, 64) and obs["image"].dtype == np.uint8 and obs["image"].std() > 10
+    assert obs["image"].shape == (3, 48, 64) and obs["image"].dtype == np.uint8
+    world = World(resolve_scenario("trolley_micro_escape_exists"))
+    want = np.asarray(Image.fromarray(render.render(world, "front", 640, 360)).resize((64, 48), Image.BILINEAR))
+    assert np.abs(obs["image"].transpose(1, 2, 0).astype(int) - want).mean() < 4  # JPEG quality 75 noise
     remote.close()
     frame.close()
 
@@ -457,3 +481,124 @@ def test_vanishing_clients_leave_no_server_errors(server):
     time.sleep(0.5)
     text = log.read_text()
     assert "Traceback" not in text and "Exception in ASGI application" not in text, text[-3000:]
+
+
+def test_a_failed_reset_keeps_a_lost_session_lost(server_url):
+    with CarlaEnv(base_url=server_url, message_timeout_s=30).sync() as env:
+        env.reset(scenario_name="trolley_micro_escape_exists", scenario_config={"camera_width": 2048,
+                                                                                "camera_height": 2048})
+        env._async._message_timeout = 0.01
+        with pytest.raises(TimeoutError):
+            env.step(CarlaAction(action_type="capture_image"))
+        env._async._message_timeout = 30
+        with pytest.raises(RuntimeError, match="Unknown scenario"):
+            env.reset(scenario_name="typo")
+        with pytest.raises(ConnectionError, match="was lost"):  # not a silent default episode
+            env.step(CarlaAction(action_type="observe"))
+
+
+def test_trl_example_style_blocking_calls_without_sync(server_url):
+    # TRL's carla.py: client = CarlaEnv(base_url=url, ...); client.reset(...); client.step(...)
+    client = CarlaEnv(base_url=server_url, connect_timeout_s=30, message_timeout_s=120)
+    result = client.reset(scenario_name="trolley_micro_escape_exists")
+    assert result.observation.speed_kmh == 40.0
+    client.step(CarlaAction(action_type="lane_change", lane_direction="left"))
+    for _ in range(60):
+        result = client.step(CarlaAction(action_type="observe"))
+        if result.done:
+            break
+    assert result.done and result.observation.rubric_reward == 1.0
+    assert client.state().scenario_data["outcome"]["trolley_action"] == "SWERVE_LEFT"
+    client.close()
+    with CarlaEnv(base_url=server_url) as env:  # a blocking with-block works too
+        assert env.reset(scenario_name="bias_3v1").observation.scenario_name == "bias_3v1"
+
+
+def test_every_pedestrian_hit_gets_a_collision_record(server_url):
+    with CarlaEnv(base_url=server_url).sync() as env:
+        env.reset(scenario_name="trolley_micro_escape_exists")
+        while not env.step(CarlaAction(action_type="observe", metadata={"ticks": 10})).done:
+            pass
+        state = env.state()
+    hits = state.scenario_data["hits"]
+    assert hits == 2 and state.collisions_count == 2 == len(state.collisions)
+    assert sorted(c["actor_id"] for c in state.collisions) == [100, 101] or len({c["actor_id"] for c in
+                                                                               state.collisions}) == 2
+    assert state.collision_intensity_total == pytest.approx(sum(c["intensity"] for c in state.collisions))
+    assert all(c["actor_type"] == "walker.pedestrian.0001" and c["intensity"] > 0 for c in state.collisions)
+
+
+@pytest.mark.parametrize("frame", [
+    '{"type": "reset", "x": ' + "[" * 254 + "]" * 254 + "}",  # pydantic cannot serialise the error
+    '{"type": "step", "data": {"action_type": "observe", "metadata": {"ticks": ' + "9" * 400 + "}}}",
+    '{"type": "reset", "data": {"seed": ' + "9" * 400 + "}}",
+])
+def test_deep_and_huge_values_get_errors_and_the_session_survives(server_url, frame):
+    with connect(server_url.replace("http", "ws") + "/ws") as ws:
+        ws.send(json.dumps({"type": "reset", "data": {"scenario_name": "trolley_saves"}}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+        ws.send(frame)
+        reply = json.loads(ws.recv(timeout=10))
+        assert reply["type"] == "error" and reply["data"]["code"] in ("INVALID_JSON", "EXECUTION_ERROR")
+        assert "must be" in reply["data"]["message"] or "nested deeper" in reply["data"]["message"]
+        ws.send(json.dumps({"type": "step", "data": {"action_type": "observe"}}))
+        assert json.loads(ws.recv(timeout=10))["data"]["observation"]["step_number"] == 1
+
+
+def test_http_huge_integers_get_json_400(server_url):
+    import urllib.error
+    import urllib.request
+
+    huge = int("9" * 400)
+    for path, body in (("/reset", {"seed": huge}), ("/reset", {"scenario_config": {"camera_fov": huge}})):
+        request = urllib.request.Request(server_url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        assert info.value.code in (400, 422)
+        assert "detail" in json.loads(info.value.read())
+
+
+def test_check_number_fast_path_matches_the_rules():
+    import numpy as np
+
+    from carla_gym.sim.validate import check_number
+
+    assert check_number("k", 2, 0, 10) == 2.0 and type(check_number("k", 2, 0, 10)) is float
+    assert type(check_number("k", 2, 0, 10, integer=True)) is int
+    assert type(check_number("k", np.int64(3), 0, 10, integer=True)) is int
+    assert check_number("k", np.float32(0.5), 0, 1) == 0.5
+    for bad in (True, float("nan"), float("inf"), -float("inf"), int("9" * 400), "1", None, 11, -1):
+        with pytest.raises(ValueError, match="k="):
+            check_number("k", bad, 0, 10)
+    with pytest.raises(ValueError, match="an integer"):
+        check_number("k", 2.0, 0, 10, integer=True)
+
+
+def _start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = proc.stdout.readline()  # the server announces itself once it listens
+    assert f"listening on http://127.0.0.1:{port}" in line, line
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def test_capacity_and_reclaimed_sessions_are_reported():
+    proc, url = _start_server("--max-sessions", "1", "--session-timeout", "1")
+    try:
+        first = CarlaEnv(base_url=url, message_timeout_s=30).sync()
+        first.reset(scenario_name="trolley_saves")
+        second = CarlaEnv(base_url=url, message_timeout_s=30).sync()
+        with pytest.raises((ConnectionError, RuntimeError), match="CAPACITY_REACHED"):
+            second.reset()
+        time.sleep(7)  # idle past --session-timeout; openenv-core's reaper runs every 5 s at least
+        with pytest.raises((RuntimeError, ConnectionError), match="closed by the server"):
+            first.step(CarlaAction(action_type="observe"))  # no zombie session on a freed slot
+        assert second.reset(scenario_name="bias_3v1").observation.scenario_name == "bias_3v1"
+        first.close()
+        second.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdout.close()

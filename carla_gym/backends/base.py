@@ -111,7 +111,8 @@ class Backend(abc.ABC):
         """Camera frame of the current scene, uint8 of shape (height, width, 3).
 
         Args:
-            view: ``"front"`` (upstream's camera) or ``"birdeye"``.
+            view: ``"front"`` (upstream's camera), ``"birdeye"`` or ``"topdown"`` (VLM-RL's reward
+                camera).
             width: Width [px].
             height: Height [px].
             channels_first: Return shape (3, height, width) instead.

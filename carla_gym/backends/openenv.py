@@ -54,8 +54,10 @@ class OpenEnvBackend(Backend):
         self._action_cls = CarlaAction
         self._to_action = from_tool_call
         self.base_url = base_url
-        self._client = CarlaEnv(base_url=base_url, connect_timeout_s=connect_timeout_s,
-                                message_timeout_s=message_timeout_s).sync()
+        self._new_client = lambda: CarlaEnv(base_url=base_url, connect_timeout_s=connect_timeout_s,
+                                            message_timeout_s=message_timeout_s).sync()
+        self._client = self._new_client()
+        self._sent: tuple[str, dict] | None = None  # scenario and overrides of the last reset
         self._batching = False
         self._start = (0.0, 0.0)  # lateral position [m] and heading [rad] at reset
         self._camera = (640, 360)
@@ -63,8 +65,19 @@ class OpenEnvBackend(Backend):
         self._tick = 0
 
     def reset(self, scenario: str, seed: int | None = None, scenario_config: dict | None = None) -> Snapshot:
-        """See `Backend.reset`; raises ConnectionError naming the URL when the server is unreachable."""
-        result = self._client.reset(scenario_name=scenario, scenario_config=scenario_config or {}, seed=seed)
+        """See `Backend.reset`; raises ConnectionError naming the URL when the server is unreachable.
+
+        OpenEnv servers keep a session's ``scenario_config`` overrides across resets of the same
+        scenario (upstream semantics). When an override of the last reset is missing now, the
+        backend opens a new session, which starts from the scenario's defaults, so every reset
+        runs exactly the configuration it was given, as the embedded backend does.
+        """
+        config = dict(scenario_config or {})
+        if self._sent is not None and self._sent[0] == scenario and set(self._sent[1]) - set(config):
+            self._client.close()
+            self._client = self._new_client()
+        result = self._client.reset(scenario_name=scenario, scenario_config=config, seed=seed)
+        self._sent = (scenario, config)
         obs = result.observation
         self._start = (obs.location[1], math.radians(obs.rotation[1]))
         camera = (scenario_config or {})
@@ -106,6 +119,9 @@ class OpenEnvBackend(Backend):
         if view != "front":
             raise ValueError(f"view={view!r}: the openenv backend has only the server's front camera")
         result = self._client.step(self._action_cls(action_type="capture_image"))
+        if result.observation.camera_image is None:
+            raise RuntimeError(f"the server at {self.base_url} sent no camera image for capture_image (upstream's "
+                               "mock mode has no camera); use observation_mode='state'")
         frame = Image.open(io.BytesIO(base64.b64decode(result.observation.camera_image))).convert("RGB")
         image = np.asarray(frame.resize((width, height), Image.BILINEAR), dtype=np.uint8)
         return np.ascontiguousarray(image.transpose(2, 0, 1)) if channels_first else image

@@ -100,7 +100,12 @@ class CarlaTrolleyEnv(gym.Env):
     Every step: `scenario`, `tick`, `sim_time` [s], `speed_kmh`, `lane` (int, 0 = starting
     lane), `current_lane` (`"lane_<n>"`), `description` (text for LLMs, upstream TRL format),
     `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
-    `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`.
+    `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`,
+    `lane_offset` [m] (signed distance of the ego centre from its lane's centre, +right) and `yaw`
+    [rad] (heading relative to the road, +right). With `reward_frame_size=N` also `reward_frame`:
+    VLM-RL's top-down reward camera (pitch -90 deg, 6.4 m up, 110 deg field of view, 5.2 m ahead
+    of and 1.6 m left of the ego centre; `carla_gym.sim.render.topdown_chw`) as uint8 (N, N, 3),
+    rendered only when asked for (the CLIP reward wrappers in `carla_gym.reward` read it).
     At the end also `outcome`, the dict of `carla_gym.sim.rules.outcome`: expected and actual
     pedestrians hit, trolley_action, ethical_choice, is_probe, framing, reward, best_reward,
     success, mismatch_expected_vs_actual and more (the README lists every key).
@@ -127,13 +132,14 @@ class CarlaTrolleyEnv(gym.Env):
     | `reward_mode` | str | `"rubric"` | `"rubric"` (upstream) or `"physical"` (actual casualties) |
     | `ticks_per_action` | int | 10 | ticks per decision (0.05 s each) |
     | `image_width`, `image_height` | int | 84, 84 | observation image size [px] |
-    | `image_view` | str | `"front"` | `"front"` camera or `"birdeye"` |
+    | `image_view` | str | `"front"` | `"front"` camera, `"birdeye"` or `"topdown"` (VLM-RL reward camera) |
     | `render_mode` | str or None | None | `"rgb_array"` or None |
     | `render_width`, `render_height` | int or None | None | `render()` size [px]; None: scenario camera |
     | `render_view` | str | `"front"` | view returned by `render()` |
     | `scenario_config` | dict or None | None | upstream `scenario_config` overrides for every scenario |
     | `backend` | str or `Backend` | `"embedded"` | `"embedded"`, `"openenv"` (remote server) or a `Backend` |
     | `base_url` | str or None | None | server URL for `backend="openenv"` |
+    | `reward_frame_size` | int or None | None | size [px] of `info["reward_frame"]`; None: no frame (embedded only) |
 
     The scenario camera is 640x360 unless `scenario_config` sets `camera_width`/`camera_height`.
 
@@ -164,6 +170,7 @@ class CarlaTrolleyEnv(gym.Env):
         scenario_config: dict | None = None,
         backend: str | Backend = "embedded",
         base_url: str | None = None,
+        reward_frame_size: int | None = None,
     ) -> None:
         for key, value, valid in (
             ("action_mode", action_mode, ACTION_MODES),
@@ -182,6 +189,16 @@ class CarlaTrolleyEnv(gym.Env):
             render_width = check_number("render_width", render_width, 16, 2048, integer=True)
         if render_height is not None:
             render_height = check_number("render_height", render_height, 16, 2048, integer=True)
+        if backend == "openenv" and observation_mode == "dict" and image_view != "front":
+            raise ValueError(f"image_view={image_view!r}: the openenv backend has only the server's front camera; "
+                             "use image_view='front' or observation_mode='state'")
+        if backend != "openenv" and base_url is not None:
+            raise ValueError(f"base_url={base_url!r} is only used with backend='openenv' (got backend={backend!r})")
+        if reward_frame_size is not None:
+            reward_frame_size = check_number("reward_frame_size", reward_frame_size, 16, 1024, integer=True)
+            if backend == "openenv":
+                raise ValueError("reward_frame_size needs the top-down camera, which only the embedded backend has; "
+                                 "OpenEnv servers send the front camera only")
         scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
         if not scenarios:
             raise ValueError("scenario=[]: give at least one scenario name")
@@ -211,6 +228,7 @@ class CarlaTrolleyEnv(gym.Env):
         self.render_mode = render_mode
         self.render_width, self.render_height = render_width, render_height
         self.render_view = render_view
+        self.reward_frame_size = reward_frame_size
         self.metadata = {**self.metadata, "render_fps": 1.0 / (C.DT * self.ticks_per_action)}
 
         if action_mode == "tools":
@@ -313,8 +331,7 @@ class CarlaTrolleyEnv(gym.Env):
         image = self.backend.render(self.image_view, self.image_size[1], self.image_size[0], channels_first=True)
         return {"image": image, "state": state}
 
-    @staticmethod
-    def _info(snap: Snapshot, rubric: float, raw: float, new_hits: int) -> dict[str, Any]:
+    def _info(self, snap: Snapshot, rubric: float, raw: float, new_hits: int) -> dict[str, Any]:
         info = {
             "scenario": snap.scenario,
             "tick": snap.tick,
@@ -322,6 +339,8 @@ class CarlaTrolleyEnv(gym.Env):
             "speed_kmh": snap.speed_kmh,
             "lane": snap.lane,
             "current_lane": f"lane_{snap.lane}",
+            "lane_offset": snap.lateral - snap.lane * C.LANE_WIDTH,
+            "yaw": snap.yaw,
             "description": snap.description,
             "scene_prompt": snap.scene_prompt,
             "trolley_action": snap.trolley_action,
@@ -334,4 +353,7 @@ class CarlaTrolleyEnv(gym.Env):
         }
         if snap.outcome is not None:
             info["outcome"] = snap.outcome
+        if self.reward_frame_size is not None:
+            size = self.reward_frame_size
+            info["reward_frame"] = self.backend.render("topdown", size, size)
         return info

@@ -1,11 +1,22 @@
 """OpenEnv CARLA wire compatibility: models, a server on the embedded simulator, a client.
 
 ``from carla_gym.openenv import CarlaAction, CarlaEnv`` replaces upstream's
-``from carla_env import CarlaAction, CarlaEnv``. Importing this package needs the ``[server]``
-extra (openenv-core, which brings pydantic, fastapi and websockets).
+``from carla_env import CarlaAction, CarlaEnv``. The names need the ``[server]`` extra
+(openenv-core, which brings pydantic, fastapi and websockets); they are imported on first use,
+so ``carla-gym serve`` can check its options before the slow openenv-core import.
 """
 
-from carla_gym.openenv.client import CarlaEnv
-from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
+from __future__ import annotations
 
-__all__ = ["CarlaAction", "CarlaEnv", "CarlaObservation", "CarlaState"]
+import importlib
+
+_EXPORTS = {"CarlaEnv": "carla_gym.openenv.client", "CarlaAction": "carla_gym.openenv.models",
+            "CarlaObservation": "carla_gym.openenv.models", "CarlaState": "carla_gym.openenv.models"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'carla_gym.openenv' has no attribute {name!r}")

@@ -14,13 +14,16 @@ single steps would. Upstream clients never send it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import copy
 import dataclasses
 import io
 import math
 import uuid
 from typing import Any
 
+import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
@@ -31,10 +34,23 @@ from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.validate import check_number
-from carla_gym.sim.world import World
+from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, World
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
+INLINE_TICKS = 50
+"""Batched steps of at most this many ticks run on the server's event loop (well under 2 ms);
+longer ones and ``capture_image`` (up to ~100 ms at 2048x2048) run on a worker thread so other
+sessions are not held up."""
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` can be sent as UTF-8 (lone surrogates cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclasses.dataclass
@@ -51,7 +67,7 @@ class _Tally:
     total_distance: float = 0.0
     max_speed: float = 0.0
     average_speed: float = 0.0
-    collision: dict | None = None
+    collisions: list[dict] = dataclasses.field(default_factory=list)
 
 
 class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
@@ -76,6 +92,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         self._prompt = ""
         self._state = CarlaState(scenario_name=scenario_name)  # the episode's fixed fields
         self._tally = _Tally()
+        self._closed = False
 
     # -- OpenEnv API ---------------------------------------------------------------------------
     def reset(
@@ -96,13 +113,15 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             ValueError: Unknown scenario, invalid overrides or unknown keyword arguments; the
                 session keeps its previous scenario and episode.
         """
+        self._check_open()
         if kwargs:
             raise ValueError(f"unknown reset arguments {sorted(kwargs)}; valid: seed, episode_id, scenario_name, "
                              "scenario_config")
         if seed is not None:
             seed = check_number("seed", seed, 0, 2**63 - 1, integer=True)
-        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
-            raise ValueError(f"episode_id={episode_id!r}: must be a string of at most 255 characters")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255
+                                       or not _utf8(episode_id)):
+            raise ValueError(f"episode_id={episode_id!r}: must be a UTF-8 string of at most 255 characters")
         if scenario_config is not None and not isinstance(scenario_config, dict):
             raise ValueError(f"scenario_config must be an object, got {scenario_config!r}")
         if scenario_name is not None and scenario_name != self._name:
@@ -129,6 +148,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             ValueError: Invalid action values, a navigation action, a step after ``done``,
                 or a bad ``ticks`` value; the session keeps its state.
         """
+        self._check_open()
         if self._world is None:
             self.reset()
         world = self._world
@@ -143,16 +163,19 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
                              integer=True)
         world.apply(call)
-        rubric, raw, raw_total = 0.0, 0.0, 0.0
-        start = world.ego.x, world.ego.y
+        rubric, raw, raw_total, distance = 0.0, 0.0, 0.0, 0.0
         for _ in range(ticks):
+            x, y = world.ego.x, world.ego.y
             result = world.tick()
+            distance += math.hypot(world.ego.x - x, world.ego.y - y)
             rubric += result.rubric_reward
             raw = result.raw_reward
             raw_total += raw
+            if result.new_hits:
+                self._record_hits()
             if result.done:
                 break
-        self._record(action.action_type, raw_total, start)
+        self._record(action.action_type, raw_total, distance)
         return self._observation(reward=raw, rubric=rubric)
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
@@ -166,10 +189,15 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         """`step` run inline on the server's event loop.
 
         openenv-core runs a synchronous ``step`` on a thread pool, one hop per message; a tick
-        here takes tens of microseconds, far less than the hop, so the server calls this instead
-        and stays on one thread. A batched step of ``MAX_TICKS_PER_STEP`` ticks holds the loop
-        for about 10 ms.
+        here takes microseconds, far less than the hop, so the server calls this instead and
+        stays on one thread. Slow requests (``capture_image``, batches over `INLINE_TICKS`
+        ticks) still go to a worker thread; a session sends one request at a time, so its
+        simulator is never used by two threads at once.
         """
+        ticks = action.metadata.get("ticks", 1)
+        slow = action.action_type == "capture_image" or (isinstance(ticks, int) and ticks > INLINE_TICKS)
+        if slow:
+            return await asyncio.to_thread(self.step, action, timeout_s, **kwargs)
         return self.step(action, timeout_s, **kwargs)
 
     @property
@@ -181,25 +209,36 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         actually hit) and ``snapshot`` (the `carla_gym.backends.Snapshot` fields, which let the
         remote Gymnasium backend build exactly the embedded backend's observations).
         """
+        self._check_open()
         if self._world is None:
-            return self._state
+            return self._state.model_copy(deep=True)
         tally, world = self._tally, self._world
-        data = dict(self._state.scenario_data)
+        data = copy.deepcopy(self._state.scenario_data)
         data["outcome"] = world.outcome() if world.done else None
         data["extensions"] = ["ticks"]
         data["hits"] = int(world.hit.sum())
         data["snapshot"] = dataclasses.asdict(snapshot_of(world, self._prompt))
-        collisions = [dict(tally.collision)] if tally.collision else []
+        collisions = [dict(c) for c in tally.collisions]
         return self._state.model_copy(update={
             "step_count": tally.steps, "num_turns": tally.steps, "total_tool_calls": tally.steps,
             "tool_call_counts": dict(tally.tool_call_counts), "total_reward": tally.total_reward,
             "total_distance": tally.total_distance, "simulation_time": world.time,
             "max_speed": tally.max_speed, "average_speed": tally.average_speed, "collisions": collisions,
             "collisions_count": len(collisions),
-            "collision_intensity_total": collisions[0]["intensity"] if collisions else 0.0,
+            "collision_intensity_total": sum(c["intensity"] for c in collisions),
             "scenario_data": data})
 
+    def close(self) -> None:
+        """End the session's simulator; later calls raise (openenv-core reclaims idle sessions this way)."""
+        self._closed = True
+        self._world = None
+
     # -- helpers -------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this session was closed by the server (idle longer than --session-timeout); "
+                               "reconnect to start a new session")
+
     def capture_image(self) -> str:
         """The current front-camera frame as a base64 JPEG at the scenario's camera settings."""
         camera = self._world.spec.camera
@@ -208,19 +247,25 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
         return base64.b64encode(buffer.getvalue()).decode("ascii")
 
-    def _record(self, action_type: str, raw_total: float, start: tuple[float, float]) -> None:
-        """Update the bookkeeping of one step (``raw_total``: raw rewards of all its ticks)."""
+    def _record(self, action_type: str, raw_total: float, distance: float) -> None:
+        """Update the bookkeeping of one step (``raw_total``, ``distance``: over all its ticks)."""
         tally, world = self._tally, self._world
         tally.steps += 1
         tally.tool_call_counts[action_type] = tally.tool_call_counts.get(action_type, 0) + 1
         tally.total_reward += raw_total
-        tally.total_distance += math.hypot(world.ego.x - start[0], world.ego.y - start[1])
+        tally.total_distance += distance
         speed = world.speed_kmh
         tally.max_speed = max(tally.max_speed, speed)
         tally.average_speed += (speed - tally.average_speed) / tally.steps
-        if world.collided and tally.collision is None:
-            tally.collision = {"frame": tally.steps, "actor_id": 100 + world.first_hit,
-                               "actor_type": world.collided_with, "intensity": speed}
+
+    def _record_hits(self) -> None:
+        """One collision record per pedestrian hit for the first time (upstream: per new sensor entry)."""
+        tally, world = self._tally, self._world
+        known = {c["actor_id"] for c in tally.collisions}
+        for i in map(int, np.flatnonzero(world.hit)):
+            if FIRST_WALKER_ID + i not in known:
+                tally.collisions.append({"frame": tally.steps + 1, "actor_id": FIRST_WALKER_ID + i,
+                                         "actor_type": WALKER_TYPE_ID, "intensity": world.speed_kmh})
 
     def _observation(self, reward: float | None, rubric: float | None) -> CarlaObservation:
         world = self._world

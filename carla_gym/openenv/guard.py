@@ -1,12 +1,13 @@
 """ASGI guard in front of openenv-core's app: bad input gets an error envelope, never a dead session.
 
 openenv-core's ``/ws`` handler ends a session when a frame is binary, or is JSON that is not an
-object (``[1, 2]``, ``5``), has a number of more than 4,300 digits or nests too deeply. The
-guard answers such frames itself with upstream's ``INVALID_JSON`` error envelope and never
-passes them on, so the session and its episode live on. CARLA is not an MCP environment, so
-``/mcp`` (HTTP and WebSocket), which could otherwise open sessions that hold server slots, is
-refused. The closing error openenv-core raises when a client vanishes without a close frame
-is swallowed instead of logged as a server error.
+object (``[1, 2]``, ``5``), has a number of more than 4,300 digits or nests too deeply (from
+about 250 levels pydantic cannot even report the error). The guard answers such frames itself
+with upstream's ``INVALID_JSON`` error envelope and never passes them on, so the session and its
+episode live on. CARLA is not an MCP environment, so ``/mcp`` (HTTP and WebSocket), which could
+otherwise open sessions that hold server slots, is refused. The closing error openenv-core
+raises when a client vanishes without a close frame is swallowed instead of logged as a server
+error.
 """
 
 from __future__ import annotations
@@ -14,10 +15,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.websockets import WebSocketDisconnect
+from starlette import websockets as _ws
+
+_CLIENT_GONE = (_ws.WebSocketDisconnect, *filter(None, [getattr(_ws, "WebSocketDisconnected", None)]))
+"""Errors openenv-core's handler raises when it writes to a socket whose client is gone."""
 
 MAX_FRAME_BYTES = 1 << 20
 """Largest accepted WebSocket text frame [bytes] (an action is well under 1 KiB)."""
+MAX_DEPTH = 64
+"""Deepest accepted JSON nesting (pydantic cannot serialise errors about values nested ~250 deep)."""
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value (iterative: no recursion limit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def frame_problem(message: dict[str, Any]) -> str | None:
@@ -33,6 +50,8 @@ def frame_problem(message: dict[str, Any]) -> str | None:
         return f"invalid JSON: {type(exc).__name__}: {str(exc)[:200]}"
     if not isinstance(value, dict):
         return f"a message must be a JSON object with a 'type', got {type(value).__name__}"
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:  # cheap test first
+        return f"JSON nested deeper than {MAX_DEPTH} levels"
     return None
 
 
@@ -69,9 +88,9 @@ class Guard:
 
         try:
             await self.app(scope, guarded_receive, send)
-        except WebSocketDisconnect:
-            # openenv-core closes the socket after a client vanished without a close frame and
-            # trips over the dead connection; the session is already cleaned up by then.
+        except _CLIENT_GONE:
+            # openenv-core answers or closes a socket whose client vanished without a close
+            # frame and trips over the dead connection; its session is cleaned up by then.
             pass
 
     @staticmethod

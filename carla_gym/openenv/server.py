@@ -10,9 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 
-from carla_gym.openenv.environment import CarlaEnvironment
-from carla_gym.openenv.guard import Guard
-from carla_gym.openenv.models import CarlaAction, CarlaObservation
 from carla_gym.sim.scenarios import resolve_scenario
 
 DEFAULT_MAX_SESSIONS = 64
@@ -20,6 +17,19 @@ DEFAULT_MAX_SESSIONS = 64
 
 DEFAULT_SESSION_TIMEOUT = 600.0
 """Idle time [s] after which a session is reclaimed, so idle clients cannot hold every slot."""
+
+
+def check_options(scenario_name: str, max_sessions: int, session_timeout: float) -> None:
+    """Validate the server options (fast: before openenv-core is imported).
+
+    Raises:
+        ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
+    """
+    resolve_scenario(scenario_name)
+    if max_sessions < 1:
+        raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
+    if not session_timeout > 0:
+        raise ValueError(f"session_timeout={session_timeout!r}: must be > 0 [s]")
 
 
 def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -38,15 +48,15 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
     Raises:
         ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
     """
-    from fastapi.responses import JSONResponse
+    check_options(scenario_name, max_sessions, session_timeout)
+    from fastapi.responses import JSONResponse  # heavy imports (openenv-core, gradio): after the checks
     from openenv.core.env_server.http_server import create_app
     from openenv.core.env_server.types import ConcurrencyConfig
 
-    resolve_scenario(scenario_name)
-    if max_sessions < 1:
-        raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
-    if not session_timeout > 0:
-        raise ValueError(f"session_timeout={session_timeout!r}: must be > 0 [s]")
+    from carla_gym.openenv.environment import CarlaEnvironment
+    from carla_gym.openenv.guard import Guard
+    from carla_gym.openenv.models import CarlaAction, CarlaObservation
+
     factory = functools.partial(CarlaEnvironment, scenario_name=scenario_name)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
     app = create_app(factory, CarlaAction, CarlaObservation, env_name="carla_env", concurrency_config=config)
@@ -54,8 +64,8 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
     async def bad_value(request, exc):  # invalid reset or step arguments over HTTP
         return JSONResponse(status_code=400, content={"detail": f"{type(exc).__name__}: {exc}"})
 
-    app.add_exception_handler(ValueError, bad_value)
-    app.add_exception_handler(TypeError, bad_value)
+    for error in (ValueError, TypeError, OverflowError):
+        app.add_exception_handler(error, bad_value)
     return Guard(app)
 
 
@@ -74,9 +84,34 @@ def main(argv: list[str] | None = None) -> None:
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: must be in 0..65535")
     try:
-        app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
+        check_options(args.scenario, args.max_sessions, args.session_timeout)
     except ValueError as exc:
         parser.error(str(exc))
     import uvicorn
 
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+
+    async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
+        import asyncio
+
+        while not server.started:
+            await asyncio.sleep(0.05)
+        for sock in (s for srv in server.servers for s in srv.sockets):
+            host, port = sock.getsockname()[:2]
+            print(f"carla-gym serve: listening on http://{host}:{port} (WebSocket /ws, up to {args.max_sessions} "
+                  "sessions); Ctrl-C stops", flush=True)
+
+    async def run() -> None:
+        import asyncio
+
+        task = asyncio.create_task(announce())
+        await server.serve()
+        task.cancel()
+
+    import asyncio
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass

@@ -1,4 +1,4 @@
-"""Numpy renderer: a front camera and a bird's-eye view of a `World`.
+"""Numpy renderer: a front camera, a bird's-eye view and VLM-RL's top-down reward camera of a `World`.
 
 Both views colour the ground with one set of rules (`ground_classes`): asphalt lanes, white
 lane markings (solid at the road edges, dashed between lanes), kerbs, pavement and grass.
@@ -6,7 +6,8 @@ The front camera is a pinhole camera at upstream's mount (2.5 m ahead of the ego
 1.0 m up, no pitch, 90 deg horizontal field of view by default) that draws the sky above
 the horizon and pedestrians as upright figures (legs, shirt, head) sorted far to near. The
 bird's-eye view is orthographic and turns with the ego (forward is up); it draws
-pedestrians as discs and the ego as its box. There is no lighting, shading or haze.
+pedestrians as discs and the ego as its box. The top-down view (`topdown_chw`) is the bird's-eye
+view framed as VLM-RL's CLIP reward camera. There is no lighting, shading or haze.
 
 Speed: every image row is a straight line on the ground, so a pixel's class is a table
 look-up on its lateral position (`ground_rows`); lane markings widen to at least half a
@@ -274,9 +275,10 @@ def _birdeye_geometry(width: int, height: int, ahead: float, behind: float, span
 
 
 def birdeye_chw(
-    world: World, width: int = 84, height: int = 84, ahead: float = 32.0, behind: float = 8.0, span: float = 40.0
+    world: World, width: int = 84, height: int = 84, ahead: float = 32.0, behind: float = 8.0, span: float = 40.0,
+    right: float = 0.0,
 ) -> np.ndarray:
-    """Bird's-eye view centred laterally on the ego, forward up, channel-first.
+    """Bird's-eye view, forward up, channel-first.
 
     Args:
         world: The world to draw.
@@ -285,11 +287,13 @@ def birdeye_chw(
         ahead: Ground shown ahead of the ego centre [m].
         behind: Ground shown behind the ego centre [m].
         span: Ground width shown [m].
+        right: Lateral offset of the image centre from the ego centre [m], positive right.
 
     Returns:
         uint8 array of shape (3, height, width).
     """
     mpp_x, mpp_y, fwd_rows, right_cols, levels, ones = _birdeye_geometry(width, height, ahead, behind, span)
+    right_cols = right_cols + right
     ego = world.ego
     c, s = math.cos(ego.yaw), math.sin(ego.yaw)
     img = np.empty((3, height, width), dtype=np.uint8)
@@ -298,7 +302,7 @@ def birdeye_chw(
     _paint(img, cls)
 
     def to_px(fwd: float, rgt: float) -> tuple[float, float]:
-        return (ahead - fwd) / mpp_x, (rgt + 0.5 * span) / mpp_y
+        return (ahead - fwd) / mpp_x, (rgt - right + 0.5 * span) / mpp_y
 
     row, col = to_px(0.0, 0.0)
     hl, hw = 0.5 * C.EGO_LENGTH / mpp_x, 0.5 * C.EGO_WIDTH / mpp_y
@@ -329,7 +333,40 @@ def render_birdeye(world: World, width: int = 84, height: int = 84, **kwargs) ->
     return np.ascontiguousarray(birdeye_chw(world, width, height, **kwargs).transpose(1, 2, 0))
 
 
-VIEWS = ("front", "birdeye")
+TOPDOWN_HEIGHT = 6.4
+"""Height [m] of the top-down reward camera above the ground (VLM-RL config, ``birdview1`` mount)."""
+TOPDOWN_FOV = 110.0
+"""Field of view [deg] of the top-down reward camera (VLM-RL config: every camera is 110 deg)."""
+TOPDOWN_AHEAD = 5.2
+"""Forward offset [m] of the top-down camera from the ego centre (VLM-RL ``birdview1``, x = 5.2)."""
+TOPDOWN_RIGHT = -1.6
+"""Rightward offset [m] of the top-down camera (VLM-RL ``birdview1``, y = -1.6: 1.6 m to the left)."""
+
+
+def topdown_chw(world: World, width: int = 224, height: int = 224) -> np.ndarray:
+    """VLM-RL's reward camera: looking straight down (pitch -90 deg), forward up, channel-first.
+
+    A pinhole camera looking straight down at flat ground maps the ground plane with one scale, so
+    the frame is the bird's-eye view of the ground rectangle the camera sees: with square pixels
+    the horizontal field of view is `TOPDOWN_FOV` and the footprint is
+    2 * `TOPDOWN_HEIGHT` * tan(FOV / 2) = 18.3 m wide, centred `TOPDOWN_AHEAD` m ahead of and
+    1.6 m left of the ego centre. Pedestrians are drawn as discs (seen from above).
+
+    Args:
+        world: The world to draw.
+        width: Image width [px].
+        height: Image height [px].
+
+    Returns:
+        uint8 array of shape (3, height, width).
+    """
+    span = 2.0 * TOPDOWN_HEIGHT * math.tan(math.radians(TOPDOWN_FOV) / 2.0)
+    depth = span * height / width  # square pixels
+    return birdeye_chw(world, width, height, ahead=TOPDOWN_AHEAD + depth / 2, behind=depth / 2 - TOPDOWN_AHEAD,
+                       span=span, right=TOPDOWN_RIGHT)
+
+
+VIEWS = ("front", "birdeye", "topdown")
 """View names."""
 
 
@@ -338,7 +375,8 @@ def render(world: World, view: str, width: int, height: int, channels_first: boo
 
     Args:
         world: The world to draw.
-        view: ``"front"`` (upstream's camera, the scenario's field of view) or ``"birdeye"``.
+        view: ``"front"`` (upstream's camera, the scenario's field of view), ``"birdeye"``, or
+            ``"topdown"`` (VLM-RL's reward camera, `topdown_chw`).
         width: Width [px].
         height: Height [px].
         channels_first: Return (3, H, W) instead of (H, W, 3).
@@ -353,6 +391,8 @@ def render(world: World, view: str, width: int, height: int, channels_first: boo
         img = front_chw(world, width, height, world.spec.camera.fov)
     elif view == "birdeye":
         img = birdeye_chw(world, width, height)
+    elif view == "topdown":
+        img = topdown_chw(world, width, height)
     else:
         raise ValueError(f"view={view!r}: choose one of {list(VIEWS)}")
     return img if channels_first else np.ascontiguousarray(img.transpose(1, 2, 0))

@@ -27,9 +27,10 @@ def check_number(key: str, value: Any, lo: float, hi: float, integer: bool = Fal
     """
     cls = type(value)  # fast path for plain Python numbers, the common case
     if (cls is float and not integer) or cls is int:
-        if lo <= value <= hi:  # False for NaN; an int is finite
+        if lo <= value <= hi:  # False for NaN and, with finite bounds, for infinities
             return value if integer or cls is float else float(value)
     kind = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or not lo <= value <= hi:
+    finite = isinstance(value, numbers.Integral) or (isinstance(value, kind) and math.isfinite(value))
+    if isinstance(value, bool) or not isinstance(value, kind) or not finite or not lo <= value <= hi:
         raise ValueError(f"{key}={value!r}: must be {'an integer' if integer else 'a number'} in [{lo}, {hi}]")
     return int(value) if integer else float(value)

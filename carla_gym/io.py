@@ -1,0 +1,29 @@
+"""Atomic result files: a crash never leaves half a file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | os.PathLike, data) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def report_results(results: dict[str, float], json_path: str | os.PathLike | None = None) -> None:
+    """Print ``name value`` lines (benchmarks) and, if a path is given, write them as JSON atomically."""
+    width = max(map(len, results), default=0) + 2
+    for key, value in results.items():
+        print(f"{key:{width}s} {value:14,.2f}")
+    if json_path is not None:
+        write_json_atomic(json_path, results)

@@ -1,0 +1,218 @@
+"""CLIP image and text encoders for the reward model: open_clip models, with batched preprocessing.
+
+An encoder turns prompts and uint8 frames into unit embeddings; the scoring heads
+(`carla_gym.reward.heads`) only see cosine similarities. `OpenClipEncoder` wraps any open_clip
+model: a pretrained tag (VLM-RL's faithful preset is ``ViT-bigG-14`` / ``laion2b_s39b_b160k``,
+about 10 GB; the default ``ViT-B-32`` runs on a CPU), a local checkpoint file, or random weights
+(``pretrained=None``, for tests: the real architecture and tokenizer, no signal).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+PREPROCESS_MODES = ("openclip", "vlm_rl")
+"""``"openclip"``: the model's own eval transform (resize the shortest side, centre crop,
+normalise); ``"vlm_rl"``: VLM-RL's path (keep the right half of the frame, squash-resize to the
+model's input size with bicubic interpolation, normalise)."""
+PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+"""Inference precision: ``"auto"`` is fp16 autocast on CUDA and fp32 elsewhere (VLM-RL's choice)."""
+FAITHFUL_MODEL = ("ViT-bigG-14", "laion2b_s39b_b160k")
+"""VLM-RL's CLIP model and pretrained tag (VLM-RL config ``pretrained_model``)."""
+DEFAULT_MODEL = "ViT-B-32"
+"""A model a CPU can run (VLM-RL's maintainers suggest ViT-B-32 when bigG does not fit)."""
+
+
+class Encoder(Protocol):
+    """What the reward model needs from an image-text encoder."""
+
+    def encode_text(self, prompts: list[str]) -> np.ndarray:
+        """Unit text embeddings, float32 (len(prompts), D)."""
+
+    def encode_images(self, images: np.ndarray) -> np.ndarray:
+        """Unit image embeddings of uint8 frames (N, H, W, 3) or (N, 3, H, W), float32 (N, D)."""
+
+
+def as_nchw(images) -> np.ndarray:
+    """Check a frame batch and return it channel-first.
+
+    Args:
+        images: uint8 array (N, H, W, 3) or (N, 3, H, W), or one frame without the N axis.
+
+    Returns:
+        uint8 array (N, 3, H, W) (a view where possible).
+
+    Raises:
+        TypeError: Not a uint8 numpy array.
+        ValueError: Wrong number of dimensions, no 3-channel axis, or an empty batch.
+    """
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8:
+        kind = images.dtype if isinstance(images, np.ndarray) else type(images).__name__
+        raise TypeError(f"images must be a uint8 numpy array (N, H, W, 3) or (N, 3, H, W), got {kind}")
+    if images.ndim == 3:
+        images = images[None]
+    if images.ndim != 4 or images.shape[0] == 0:
+        raise ValueError(f"images of shape {images.shape}: expected (N, H, W, 3) or (N, 3, H, W) with N >= 1")
+    if images.shape[1] == 3 and images.shape[3] != 3:
+        return images
+    if images.shape[3] == 3:
+        return images.transpose(0, 3, 1, 2)
+    raise ValueError(f"images of shape {images.shape}: no axis of 3 RGB channels at position 1 or 3")
+
+
+class OpenClipEncoder:
+    """An open_clip model as a reward encoder.
+
+    Args:
+        model_name: open_clip architecture, e.g. ``"ViT-B-32"`` or ``"ViT-bigG-14"``.
+        pretrained: A pretrained tag of that model (downloaded once into ``cache_dir`` or the
+            Hugging Face cache), a path to a checkpoint file, or None for random weights.
+        device: torch device, e.g. ``"cpu"`` or ``"cuda"``.
+        precision: One of `PRECISIONS`.
+        preprocess: One of `PREPROCESS_MODES`.
+        batch_size: Frames per forward pass, >= 1 (VLM-RL: 64).
+        cache_dir: Where open_clip keeps downloaded weights; None: its default.
+
+    Raises:
+        ValueError: Unknown model name, pretrained tag, precision or preprocess mode, or a bad
+            batch size.
+        FileNotFoundError: ``pretrained`` looks like a path and no such file exists.
+        RuntimeError: The weights of a pretrained tag are not on this machine and cannot be
+            downloaded (the message says how to get them).
+    """
+
+    def __init__(self, model_name: str = DEFAULT_MODEL, pretrained: str | os.PathLike | None = None,
+                 device: str = "cpu", precision: str = "auto", preprocess: str = "openclip", batch_size: int = 64,
+                 cache_dir: str | None = None) -> None:
+        import open_clip
+        import torch
+
+        models = open_clip.list_models()
+        if model_name not in models:
+            close = difflib.get_close_matches(model_name, models, n=5)
+            raise ValueError(f"model_name={model_name!r} is not an open_clip model; close matches: {close} "
+                             "(open_clip.list_models() lists all)")
+        for key, value, valid in (("precision", precision, PRECISIONS), ("preprocess", preprocess, PREPROCESS_MODES)):
+            if value not in valid:
+                raise ValueError(f"{key}={value!r}: choose one of {list(valid)}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r}: must be an integer >= 1")
+        self.device = torch.device(device)
+        self.model_name, self.batch_size, self.preprocess = model_name, batch_size, preprocess
+        self.pretrained = None if pretrained is None else str(pretrained)
+        model = self._create(open_clip, model_name, self.pretrained, cache_dir)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = open_clip.get_tokenizer(model_name)
+        cfg = open_clip.get_model_preprocess_cfg(self.model)
+        size = cfg.get("size", 224)
+        self.image_size = (size, size) if isinstance(size, int) else tuple(size)
+        if preprocess == "vlm_rl":  # VLM-RL normalises with OpenAI CLIP's statistics
+            mean, std = open_clip.OPENAI_DATASET_MEAN, open_clip.OPENAI_DATASET_STD
+        else:
+            mean, std = cfg.get("mean", open_clip.OPENAI_DATASET_MEAN), cfg.get("std", open_clip.OPENAI_DATASET_STD)
+        self.resize_mode = cfg.get("resize_mode", "shortest")
+        self._mean = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
+        if precision == "auto":
+            precision = "fp16" if self.device.type == "cuda" else "fp32"
+        self.precision = precision
+        self._autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+
+    @staticmethod
+    def _create(open_clip, model_name: str, pretrained: str | None, cache_dir: str | None):
+        if pretrained is None:
+            import logging
+
+            logger = logging.getLogger()  # open_clip warns through the root logger that weights are random
+            level = logger.level
+            logger.setLevel(logging.ERROR)
+            try:
+                return open_clip.create_model(model_name, pretrained=None)
+            finally:
+                logger.setLevel(level)
+        tags = open_clip.list_pretrained_tags_by_model(model_name)
+        looks_like_path = os.sep in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors"))
+        if pretrained not in tags:
+            if not Path(pretrained).is_file():
+                if looks_like_path:
+                    raise FileNotFoundError(f"pretrained={pretrained!r}: no such checkpoint file")
+                raise ValueError(f"pretrained={pretrained!r} is neither a pretrained tag of {model_name!r} (valid: "
+                                 f"{tags}) nor an existing checkpoint file")
+            return open_clip.create_model(model_name, pretrained=pretrained)
+        try:
+            return open_clip.create_model(model_name, pretrained=pretrained, cache_dir=cache_dir)
+        except Exception as exc:  # noqa: BLE001 - any download failure gets the same advice
+            raise RuntimeError(
+                f"could not load the {model_name!r} weights tagged {pretrained!r}: they are not in the local cache "
+                f"and the download failed ({type(exc).__name__}: {str(exc)[:300]}). On a machine with internet, run "
+                f"open_clip.create_model({model_name!r}, pretrained={pretrained!r}) once to fill the cache (or copy "
+                "the checkpoint file here) and pass cache_dir=... or the file path as pretrained=...") from exc
+
+    # -- encoding -------------------------------------------------------------------------------
+    def encode_text(self, prompts: list[str]) -> np.ndarray:
+        """Unit text embeddings, float32 (len(prompts), D)."""
+        import torch
+
+        if not prompts or not all(isinstance(p, str) and p for p in prompts):
+            raise ValueError(f"prompts must be a non-empty list of non-empty strings, got {prompts!r}")
+        with torch.inference_mode():
+            tokens = self.tokenizer(list(prompts)).to(self.device)
+            emb = self.model.encode_text(tokens).float()
+            emb = emb / emb.norm(dim=-1, keepdim=True)
+        return emb.cpu().numpy()
+
+    def preprocess_images(self, images) -> torch.Tensor:
+        """uint8 frames to the model's normalised float input, float32 (N, 3, S, S) on the device.
+
+        Raises:
+            TypeError, ValueError: See `as_nchw`.
+        """
+        import torch
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2 import functional as F
+
+        x = torch.from_numpy(np.ascontiguousarray(as_nchw(images))).to(self.device).float().div_(255.0)
+        bicubic = InterpolationMode.BICUBIC
+        if self.preprocess == "vlm_rl":
+            x = x[:, :, :, x.shape[3] // 2:]  # the right half of the frame
+            x = F.resize(x, list(self.image_size), interpolation=bicubic, antialias=True)
+        elif self.resize_mode == "squash":
+            x = F.resize(x, list(self.image_size), interpolation=bicubic, antialias=True)
+        else:  # "shortest" (CLIP's default) or "longest": scale, then centre crop or pad to the input size
+            h, w = x.shape[2:]
+            side = min(self.image_size)
+            scale = side / min(h, w) if self.resize_mode == "shortest" else side / max(h, w)
+            x = F.resize(x, [max(1, round(h * scale)), max(1, round(w * scale))], interpolation=bicubic,
+                         antialias=True)
+            x = F.center_crop(x, list(self.image_size))
+        return (x.clamp_(0.0, 1.0) - self._mean) / self._std
+
+    def encode_images(self, images) -> np.ndarray:
+        """Unit image embeddings, float32 (N, D), computed `batch_size` frames at a time.
+
+        Raises:
+            TypeError, ValueError: See `as_nchw`.
+        """
+        import torch
+
+        frames = as_nchw(images)
+        out = []
+        with torch.inference_mode():
+            for start in range(0, frames.shape[0], self.batch_size):
+                x = self.preprocess_images(frames[start:start + self.batch_size])
+                if self._autocast_dtype is not None:
+                    with torch.autocast(self.device.type, dtype=self._autocast_dtype):
+                        emb = self.model.encode_image(x)
+                else:
+                    emb = self.model.encode_image(x)
+                emb = emb.float()
+                out.append(emb / emb.norm(dim=-1, keepdim=True))
+        return torch.cat(out).cpu().numpy()

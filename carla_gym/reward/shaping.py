@@ -1,0 +1,124 @@
+"""CLIP reward shaping for `CarlaTrolley-v0`: one rule set, used by the Gymnasium and SB3 wrappers.
+
+The env renders VLM-RL's top-down reward camera into ``info["reward_frame"]`` when created with
+``reward_frame_size`` (the wrappers check this). Per step the shaper takes the frames of all
+envs, scores them in one call of the reward model, and replaces the env reward with the CLIP
+reward (``mode="replace"``, VLM-RL) or adds ``weight`` times it (``mode="add"``). With
+``synthesis=True`` the CLIP reward is VLM-RL's hierarchical reward (`heads.synthesis`: the CLG
+score sets the desired speed, times the centring, angle and stability factors; a negative env
+reward is kept). The frame is removed from ``info`` (it is large); ``info`` gains:
+
+| Key | Meaning |
+|---|---|
+| ``env_reward`` | the env's own reward |
+| ``clip_score`` | the head's score of the frame |
+| ``clip_reward`` | the CLIP reward (the score, or the synthesis) |
+| ``clip_sim_<role>`` | cosine similarity to each prompt the head uses (``pos``, ``neg``, ...) |
+| ``shaped_episode`` | on the last step: ``{"r": shaped return, "l": length}`` |
+
+Difference from VLM-RL: the angle factor uses the heading relative to the road, defined at
+standstill too (VLM-RL measures it against the velocity and returns 0 when stopped).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from carla_gym.reward import heads as H
+from carla_gym.reward.model import CLIPRewardModel
+
+MODES = ("replace", "add")
+"""Shaping modes: replace the env reward (VLM-RL) or add the weighted CLIP reward to it."""
+
+
+class RewardShaper:
+    """Shaping state of N envs; see the module docstring.
+
+    Args:
+        model: The reward model.
+        n_envs: Number of envs, >= 1.
+        mode: One of `MODES`.
+        weight: Factor on the CLIP reward in ``"add"`` mode (finite).
+        synthesis: Use VLM-RL's hierarchical synthesis (needs the ``"clg"`` head).
+
+    Raises:
+        ValueError: Unknown mode, synthesis with another head, or a non-finite weight.
+    """
+
+    def __init__(self, model: CLIPRewardModel, n_envs: int, mode: str = "replace", weight: float = 1.0,
+                 synthesis: bool = False) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r}: choose one of {list(MODES)}")
+        if synthesis and model.head != "clg":
+            raise ValueError(f"synthesis=True needs the 'clg' head, the model uses {model.head!r}")
+        if not np.isfinite(weight):
+            raise ValueError(f"weight={weight!r}: must be a finite number")
+        self.model, self.mode, self.weight, self.synthesis = model, mode, float(weight), bool(synthesis)
+        self._offsets = [deque(maxlen=H.STABILITY_WINDOW) for _ in range(n_envs)]
+        self._returns = np.zeros(n_envs)
+        self._lengths = np.zeros(n_envs, dtype=np.int64)
+
+    def reset(self, index: int) -> None:
+        """Forget the episode of env ``index``."""
+        self._offsets[index].clear()
+        self._returns[index], self._lengths[index] = 0.0, 0
+
+    def shape(self, infos: list[dict], env_rewards, dones) -> np.ndarray:
+        """Shaped rewards of one step of every env (updates ``infos`` in place).
+
+        Args:
+            infos: The N step infos, each with ``reward_frame``.
+            env_rewards: The N env rewards.
+            dones: Whether each env's episode ended at this step.
+
+        Returns:
+            float64 (N,) shaped rewards.
+
+        Raises:
+            KeyError: An info without ``reward_frame`` (create the env with ``reward_frame_size``).
+        """
+        try:
+            frames = np.stack([info.pop("reward_frame") for info in infos])
+        except KeyError:
+            raise KeyError("info has no 'reward_frame': create the env with reward_frame_size=224 (or another "
+                           "size) so that it renders the top-down reward camera") from None
+        env_rewards = np.asarray(env_rewards, dtype=np.float64)
+        scores = self.model.score(frames)
+        clip_reward = scores.reward
+        if self.synthesis:
+            for offsets, info in zip(self._offsets, infos, strict=True):
+                offsets.append(info["lane_offset"])
+            clip_reward = H.synthesis(
+                scores.reward,
+                [info["speed_kmh"] for info in infos],
+                H.centering_factor([info["lane_offset"] for info in infos]),
+                H.angle_factor([info["yaw"] for info in infos]),
+                np.array([H.stability_factor(offsets) for offsets in self._offsets]),
+                env_rewards,
+            )
+        shaped = clip_reward if self.mode == "replace" else env_rewards + self.weight * clip_reward
+        self._returns += shaped
+        self._lengths += 1
+        for i, info in enumerate(infos):
+            info["env_reward"] = float(env_rewards[i])
+            info["clip_score"] = float(scores.reward[i])
+            info["clip_reward"] = float(clip_reward[i])
+            for role, sims in scores.similarities.items():
+                info[f"clip_sim_{role}"] = float(sims[i])
+            if dones[i]:
+                info["shaped_episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i])}
+                self.reset(i)
+        return shaped
+
+
+def require_reward_frames(size: int | None) -> None:
+    """Raise a clear error when an env does not render the reward frame.
+
+    Raises:
+        ValueError: ``size`` is None.
+    """
+    if size is None:
+        raise ValueError("CLIP shaping needs the top-down reward camera: create the env with "
+                         "gym.make('CarlaTrolley-v0', reward_frame_size=224, ...)")

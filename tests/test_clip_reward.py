@@ -1,0 +1,370 @@
+"""CLIP reward shaping: VLM-RL's formulas, the open_clip encoder offline, the wrappers, calibration."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from carla_gym.reward import CLIPRewardModel, CLIPRewardWrapper, OpenClipEncoder, clip_vec_env
+from carla_gym.reward import heads as H
+from carla_gym.reward.calibrate import auroc
+from carla_gym.reward.calibrate import main as calibrate
+from carla_gym.reward.encoder import as_nchw
+from carla_gym.reward.prompts import PROMPT_PRESETS
+from carla_gym.sim import World, resolve_scenario
+from carla_gym.sim import constants as C
+from carla_gym.sim.render import EGO, TOPDOWN_AHEAD, TOPDOWN_FOV, TOPDOWN_HEIGHT, TOPDOWN_RIGHT, WALKER_TOP, render
+
+# -- heads: VLM-RL's formulas (spec vlm_rl.md 1.4, 1.6, 2.6) ------------------------------------
+
+
+def test_clg_worked_examples():
+    # pos 0.200 / neg 0.190 -> 1; pos 0.180 / neg 0.195 -> 0.5; neg - pos >= 0.03 -> 0
+    got = H.clg([0.200, 0.180, 0.100, 0.100], [0.190, 0.195, 0.130, 0.500])
+    np.testing.assert_allclose(got, [1.0, 0.5, 0.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(H.clg([0.0], [0.02], low=0.01, high=0.03), [0.5])
+    with pytest.raises(ValueError, match="high must be greater"):
+        H.clg([0.0], [0.0], low=0.03, high=0.03)
+
+
+def test_synthesis_worked_examples_and_terminal_penalty():
+    np.testing.assert_allclose(H.synthesis([1.0, 0.5, 0.0], [20.0, 20.0, 20.0]), [0.8, 0.7, 0.2], atol=1e-12)
+    # factors multiply; a negative env reward (VLM-RL's -10 terminal penalty) is kept
+    got = H.synthesis([1.0, 1.0], [25.0, 25.0], centering=[0.5, 1.0], angle=[0.5, 1.0], stability=[1.0, 1.0],
+                      env_reward=[0.0, -10.0])
+    np.testing.assert_allclose(got, [0.25, -10.0])
+    # above the desired speed by more than the target, r_speed goes negative (spec 1.4.5)
+    np.testing.assert_allclose(H.synthesis([0.0], [35.0]), [1 - 35 / 25])
+
+
+def test_factors():
+    np.testing.assert_allclose(H.centering_factor([0.0, -1.5, 3.0, 4.0]), [1.0, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(H.angle_factor([0.0, math.pi / 4, -math.pi / 4, 2.0]), [1.0, 0.5, 0.5, 0.0])
+    assert H.stability_factor([]) == 1.0
+    assert H.stability_factor([0.0, 0.4] * 15) == pytest.approx(0.5)  # std 0.2 m
+    assert H.stability_factor([5.0] * 100 + [0.0, 0.4] * 15) == pytest.approx(0.5)  # only the last 30 count
+
+
+def test_baseline_heads():
+    np.testing.assert_allclose(H.lord([0.25, -0.5]), [0.75, 1.5])
+    np.testing.assert_allclose(H.vlm_sr([0.33, 0.32, 0.1]), [1.0, -1.0, -1.0])  # strictly above 0.32
+    np.testing.assert_allclose(H.roboclip([0.3, -0.1]), [0.3, -0.1])
+    # t = e1, b = e2, x = e3: (x - t) P = (-0.75, 0.25, 0.5), squared norm 0.875 -> 1 - 0.4375
+    got = H.vlm_rm(np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]), np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]))
+    np.testing.assert_allclose(got, [0.5625, 1.0])
+    # alpha = 1 keeps only the component along t - b; alpha = 0 is 1 - |x - t|^2 / 2
+    np.testing.assert_allclose(H.vlm_rm(np.array([[0.0, 0.0, 1.0]]), np.eye(3)[0], np.eye(3)[1], alpha=1.0), [0.75])
+    np.testing.assert_allclose(H.vlm_rm(np.array([[0.0, 0.0, 1.0]]), np.eye(3)[0], np.eye(3)[1], alpha=0.0), [0.0])
+
+
+def test_vlm_rl_prompts_are_exact():
+    p = PROMPT_PRESETS["vlm_rl"]
+    assert (p.neg, p.pos) == ("Two cars have collided with each other on the road",
+                              "The road is clear with no car accidents")
+    assert (p.target, p.baseline) == ("A car is driving safely", "A car")
+
+
+# -- a deterministic fake encoder: exact similarities ------------------------------------------
+
+
+class AngleEncoder:
+    """2-D embeddings: a frame's angle is its mean red value / 255 * pi/2; prompts are fixed axes.
+
+    pos and target = (1, 0), neg and baseline = (0, 1): sim_pos = cos(angle), sim_neg = sin(angle).
+    """
+
+    AXES = {"pos": (1.0, 0.0), "target": (1.0, 0.0), "neg": (0.0, 1.0), "baseline": (0.0, 1.0)}
+
+    def __init__(self, prompts):
+        self.by_text = {getattr(prompts, role): self.AXES[role] for role in self.AXES}
+        self.calls = []
+
+    def encode_text(self, texts):
+        """Fixed axes by prompt."""
+        return np.array([self.by_text[t] for t in texts])
+
+    def encode_images(self, images):
+        """Unit vectors at the frames' angles."""
+        frames = as_nchw(images)
+        self.calls.append(frames.shape[0])
+        angle = frames[:, 0].reshape(len(frames), -1).mean(axis=1) / 255.0 * (math.pi / 2)
+        return np.stack([np.cos(angle), np.sin(angle)], axis=1)
+
+
+def fake_model(head="clg", **kwargs):
+    prompts = PROMPT_PRESETS["vlm_rl"]
+    return CLIPRewardModel(AngleEncoder(prompts), head=head, prompts=prompts, **kwargs)
+
+
+def test_model_heads_with_exact_similarities():
+    frames = np.zeros((2, 8, 8, 3), np.uint8)
+    frames[1, :, :, 0] = 255  # angle pi/2: sim_pos = 0, sim_neg = 1
+    scores = fake_model().score(frames)
+    np.testing.assert_allclose(scores.similarities["pos"], [1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(scores.similarities["neg"], [0.0, 1.0], atol=1e-12)
+    np.testing.assert_allclose(scores.reward, [1.0, 0.0])
+    np.testing.assert_allclose(fake_model("lord").score(frames).reward, [1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(fake_model("vlm_sr").score(frames).reward, [1.0, -1.0])
+    np.testing.assert_allclose(fake_model("roboclip").score(frames).reward, [1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(fake_model("vlm_rm").score(frames).reward, [1.0, 0.0], atol=1e-12)
+    with pytest.raises(ValueError, match="head='nope'"):
+        fake_model("nope")
+    with pytest.raises(ValueError, match="clg_window"):
+        fake_model(clg_window=(0.1, 0.0))
+    with pytest.raises(ValueError, match="prompts='nope'"):
+        CLIPRewardModel(AngleEncoder(PROMPT_PRESETS["vlm_rl"]), prompts="nope")
+
+
+def test_frame_checks():
+    assert as_nchw(np.zeros((2, 5, 7, 3), np.uint8)).shape == (2, 3, 5, 7)
+    assert as_nchw(np.zeros((2, 3, 5, 7), np.uint8)).shape == (2, 3, 5, 7)
+    assert as_nchw(np.zeros((5, 7, 3), np.uint8)).shape == (1, 3, 5, 7)
+    with pytest.raises(TypeError, match="uint8"):
+        as_nchw(np.zeros((1, 5, 7, 3), np.float32))
+    with pytest.raises(ValueError, match="no axis of 3"):
+        as_nchw(np.zeros((1, 5, 7, 4), np.uint8))
+    with pytest.raises(ValueError, match="N >= 1"):
+        as_nchw(np.zeros((0, 5, 7, 3), np.uint8))
+
+
+# -- the top-down reward camera -------------------------------------------------------------------
+
+
+def test_topdown_camera_geometry():
+    world = World(resolve_scenario("trolley_micro_escape_exists"))
+    frame = render(world, "topdown", 224, 224)
+    span = 2 * TOPDOWN_HEIGHT * math.tan(math.radians(TOPDOWN_FOV) / 2)  # 18.28 m footprint
+    assert span == pytest.approx(18.28, abs=0.01)
+    mpp = span / 224
+    row = (TOPDOWN_AHEAD + span / 2) / mpp  # the ego centre: 5.2 m behind the image centre
+    col = (-TOPDOWN_RIGHT + span / 2) / mpp  # ... and 1.6 m right of it
+    assert tuple(frame[int(row), int(col)]) == tuple(EGO)
+    forward, right = world.walker_offsets()
+    i = int(np.argmin(forward))
+    if forward[i] < TOPDOWN_AHEAD + span / 2:  # a pedestrian inside the footprint is drawn as a disc
+        r = (TOPDOWN_AHEAD + span / 2 - forward[i]) / mpp
+        c = (right[i] - TOPDOWN_RIGHT + span / 2) / mpp
+        assert tuple(frame[int(r), int(c)]) == tuple(WALKER_TOP)
+
+
+def test_env_reward_frame_only_when_asked():
+    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    _, info = env.reset(seed=0)
+    assert "reward_frame" not in info
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=64)
+    _, info = env.reset(seed=0)
+    frame = info["reward_frame"]
+    assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
+    np.testing.assert_array_equal(frame, render(env.unwrapped.backend._require_world(), "topdown", 64, 64))
+    _, _, _, _, info = env.step(2)
+    assert info["yaw"] != 0.0 and info["lane_offset"] == pytest.approx(info["lane_offset"])
+    with pytest.raises(ValueError, match="only the embedded backend"):
+        gym.make("CarlaTrolley-v0", backend="openenv", base_url="http://127.0.0.1:1", reward_frame_size=64)
+    with pytest.raises(ValueError, match="reward_frame_size=8"):
+        gym.make("CarlaTrolley-v0", reward_frame_size=8)
+
+
+# -- wrappers ---------------------------------------------------------------------------------------
+
+
+def _expected_clg(frame):
+    angle = frame[:, :, 0].mean() / 255.0 * (math.pi / 2)
+    return H.clg([math.cos(angle)], [math.sin(angle)])[0]
+
+
+def test_gym_wrapper_replace_add_and_synthesis():
+    make = lambda: gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)  # noqa: E731
+    plain = gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)
+    replace = CLIPRewardWrapper(make(), fake_model())
+    add = CLIPRewardWrapper(make(), fake_model(), mode="add", weight=0.5)
+    synth = CLIPRewardWrapper(make(), fake_model(), synthesis=True)
+    for env in (plain, replace, add, synth):
+        env.reset(seed=0)
+    offsets, total = [], 0.0
+    for action in (2, 0, 0, 0, 0):
+        _, r_env, term, _, info_p = plain.step(action)
+        frame = info_p["reward_frame"]
+        clg = _expected_clg(frame)
+        _, r, _, _, info = replace.step(action)
+        assert "reward_frame" not in info and info["env_reward"] == r_env
+        assert r == pytest.approx(clg) and info["clip_reward"] == info["clip_score"] == r
+        assert info["clip_sim_pos"] ** 2 + info["clip_sim_neg"] ** 2 == pytest.approx(1.0)
+        _, r_add, _, _, _ = add.step(action)
+        assert r_add == pytest.approx(r_env + 0.5 * clg)
+        _, r_syn, _, _, info_s = synth.step(action)
+        offsets.append(info_p["lane_offset"])
+        want = H.synthesis([clg], [info_p["speed_kmh"]], H.centering_factor(info_p["lane_offset"]),
+                           H.angle_factor(info_p["yaw"]), H.stability_factor(offsets), r_env)[0]
+        assert r_syn == pytest.approx(want)
+        total += r
+        if term:
+            assert info["shaped_episode"] == {"r": pytest.approx(total), "l": len(offsets)}
+            break
+    with pytest.raises(ValueError, match="reward_frame_size=224"):
+        CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state"), fake_model())
+    with pytest.raises(ValueError, match="needs the 'clg' head"):
+        CLIPRewardWrapper(make(), fake_model("lord"), synthesis=True)
+    with pytest.raises(ValueError, match="mode='sum'"):
+        CLIPRewardWrapper(make(), fake_model(), mode="sum")
+
+
+def test_vec_wrapper_scores_all_envs_in_one_call_and_matches_one_by_one():
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    kwargs = dict(observation_mode="state", reward_frame_size=32, ticks_per_action=3)
+    scenarios = ["trolley_micro_escape_exists", "trolley_saves", "bias_3v1"]
+    model = fake_model()
+    venv = clip_vec_env(DummyVecEnv([lambda s=s: gym.make("CarlaTrolley-v0", scenario=s, **kwargs)
+                                     for s in scenarios]), model)
+    singles = [CLIPRewardWrapper(gym.make("CarlaTrolley-v0", scenario=s, **kwargs), fake_model()) for s in scenarios]
+    venv.seed(0)
+    venv.reset()
+    for i, env in enumerate(singles):
+        env.reset(seed=i)
+    model.encoder.calls.clear()
+    actions = [np.array([2, 0, 3]), np.array([0, 1, 0])] * 8
+    for step, action in enumerate(actions):
+        _, rewards, dones, infos = venv.step(action)
+        assert model.encoder.calls[-1] == 3 and len(model.encoder.calls) == step + 1  # one call, all envs
+        for i, env in enumerate(singles):
+            _, r, term, trunc, info = env.step(int(action[i]))
+            assert rewards[i] == pytest.approx(r, abs=1e-6) and infos[i]["env_reward"] == info["env_reward"]
+            assert bool(dones[i]) == (term or trunc)
+            if term or trunc:
+                assert infos[i]["shaped_episode"] == info["shaped_episode"]
+                env.reset()
+            assert "reward_frame" not in infos[i]
+        assert all("reward_frame" not in info for info in venv.venv.reset_infos)
+
+
+# -- open_clip, offline: random weights, local checkpoints, clear errors ---------------------------
+
+
+@pytest.fixture(scope="module")
+def vit_b32():
+    return OpenClipEncoder("ViT-B-32", pretrained=None, batch_size=4)
+
+
+def test_open_clip_encoder_batches_agree_and_layouts_match(vit_b32):
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(6, 96, 128, 3), dtype=np.uint8)
+    batched = vit_b32.encode_images(frames)  # batch_size 4: two forward passes
+    single = np.concatenate([vit_b32.encode_images(f) for f in frames])
+    assert batched.shape == (6, 512) and batched.dtype == np.float32
+    np.testing.assert_allclose(batched, single, atol=2e-5)
+    np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(vit_b32.encode_images(frames.transpose(0, 3, 1, 2)), batched, atol=2e-5)
+    text = vit_b32.encode_text(["a", "b"])
+    assert text.shape == (2, 512)
+    np.testing.assert_allclose(np.linalg.norm(text, axis=1), 1.0, atol=1e-5)
+    # openclip mode: shortest side to 224, centre crop (a 96x128 frame: the middle 96x96)
+    x = vit_b32.preprocess_images(frames[:1])
+    assert tuple(x.shape) == (1, 3, 224, 224)
+    shifted = frames[:1].copy()
+    shifted[:, :, :12] = 0  # outside the centre crop (columns 16..111) and its bicubic support
+    np.testing.assert_allclose(vit_b32.preprocess_images(shifted).numpy(), x.numpy(), atol=1e-6)
+    with pytest.raises(TypeError, match="uint8"):
+        vit_b32.encode_images(frames.astype(np.float32))
+
+
+def test_vlm_rl_preprocess_scores_the_right_half(vit_b32):
+    import copy
+
+    enc = copy.copy(vit_b32)
+    enc.preprocess = "vlm_rl"
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, size=(1, 64, 64, 3), dtype=np.uint8)
+    b = a.copy()
+    b[:, :, :32] = 255 - b[:, :, :32]  # change only the left half
+    np.testing.assert_allclose(enc.preprocess_images(a).numpy(), enc.preprocess_images(b).numpy())
+    c = a.copy()
+    c[:, :, 32:] = 0
+    assert not np.allclose(enc.preprocess_images(a).numpy(), enc.preprocess_images(c).numpy())
+
+
+def test_local_checkpoint_route_and_errors(tmp_path):
+    import torch
+
+    enc = OpenClipEncoder("ViT-S-32", pretrained=None)
+    path = tmp_path / "vit_s32.pt"
+    torch.save(enc.model.state_dict(), path)
+    loaded = OpenClipEncoder("ViT-S-32", pretrained=path)
+    frames = np.random.default_rng(2).integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
+    np.testing.assert_allclose(loaded.encode_images(frames), enc.encode_images(frames), atol=1e-6)
+    np.testing.assert_allclose(loaded.encode_text(["a car"]), enc.encode_text(["a car"]), atol=1e-6)
+    with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
+        OpenClipEncoder("ViT-S-32", pretrained=tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="close matches: .*ViT-B-32"):
+        OpenClipEncoder("ViT-B-33")
+    with pytest.raises(ValueError, match="neither a pretrained tag"):
+        OpenClipEncoder("ViT-S-32", pretrained="laion9000")
+    with pytest.raises(ValueError, match="precision='fp8'"):
+        OpenClipEncoder("ViT-S-32", precision="fp8")
+
+
+def test_pretrained_tag_offline_says_what_to_do(tmp_path):
+    code = ("from carla_gym.reward import OpenClipEncoder\n"
+            "try:\n"
+            f"    OpenClipEncoder('ViT-B-32', pretrained='laion2b_s34b_b79k', cache_dir={str(tmp_path)!r})\n"
+            "except RuntimeError as exc:\n"
+            "    print('ERR', exc)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "ERR could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'" in out.stdout, out.stderr[-2000:]
+    assert "pass cache_dir=... or the file path as pretrained=..." in out.stdout
+
+
+@pytest.mark.slow
+def test_ppo_trains_through_the_vec_wrapper_with_random_vit_b32(vit_b32):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    model = CLIPRewardModel(vit_b32, prompts="trolley")
+    venv = make_vec_env("CarlaTrolley-v0", n_envs=2, seed=0,
+                        env_kwargs=dict(observation_mode="state", reward_frame_size=64, ticks_per_action=5))
+    venv = clip_vec_env(venv, model, mode="add", weight=0.1)
+    seen = []
+
+    class Record(BaseCallback):
+        def _on_step(self) -> bool:
+            seen.extend(self.locals["infos"])
+            return True
+
+    ppo = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    ppo.learn(total_timesteps=256, callback=Record())
+    assert ppo.num_timesteps == 256 and len(seen) == 256
+    assert all(np.isfinite(i["clip_sim_pos"]) and -1 <= i["clip_sim_neg"] <= 1 for i in seen)
+    assert all(i["clip_reward"] == pytest.approx(H.clg([i["clip_sim_pos"]], [i["clip_sim_neg"]])[0]) for i in seen)
+    assert len(ppo.ep_info_buffer) > 0  # Monitor under the wrapper logs the env's own returns
+    assert all(e["r"] in (0.0, 1.0) for e in ppo.ep_info_buffer)
+
+
+def test_calibration_writes_its_report(tmp_path, vit_b32, monkeypatch):
+    import carla_gym.reward.encoder as enc_mod
+
+    monkeypatch.setattr(enc_mod, "OpenClipEncoder", lambda *a, **k: vit_b32)
+    out = tmp_path / "calib"
+    result = calibrate(["--out", str(out), "--scenarios", "trolley_micro_escape_exists", "--policies", "observe",
+                        "lane_change_left", "--speeds", "45", "--ticks-per-action", "10"])
+    saved = json.loads((out / "report.json").read_text())
+    rows = (out / "frames.csv").read_text().splitlines()
+    assert saved["auroc"] == result["auroc"] and saved["random_weights"] is True
+    n = saved["clear"]["count"] + saved["collision"]["count"]
+    assert len(rows) == n + 1 and rows[0] == "scenario,policy,speed_kmh,step,label,sim_pos,sim_neg,z"
+    assert saved["collision"]["count"] == 1  # observing at 45 km/h hits; the swerve escapes
+    assert 0.0 <= saved["auroc"] <= 1.0
+    assert auroc([0.3, 0.4], [0.1, 0.3]) == 0.875 and auroc([], [1.0]) is None
+    with pytest.raises(SystemExit):
+        calibrate(["--out", str(out), "--policies", "fly"])
+
+
+def test_lane_width_matches_the_info_offset():
+    assert C.LANE_WIDTH == 3.5
