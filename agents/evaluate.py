@@ -80,3 +80,45 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
         actions=dict(actions),
         per_scenario={k: sum(v) / len(v) for k, v in sorted(per.items())},
     )
+
+
+def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 100, seed: int = 10_000,
+                   oracle: bool = True) -> dict:
+    """Evaluate per scenario: ``episodes`` episodes of each, and the catalogue oracle on the same seeds.
+
+    Args:
+        act: ``act(observation, info) -> action``.
+        env_kwargs: Keyword arguments of `gym.make("CarlaTrolley-v0", ...)` (``scenario`` is set per row).
+        scenarios: Scenario names.
+        episodes: Episodes per scenario, >= 1.
+        seed: Seed of the first episode of each scenario.
+        oracle: Also run the oracle (for ``oracle_mean_reward``).
+
+    Returns:
+        ``{"per_scenario": {name: {"success_rate", "mean_reward", "oracle_mean_reward", ...}},
+        "success_rate", "mean_reward", "oracle_mean_reward", "reward_vs_oracle"}`` (means over
+        scenarios; ``reward_vs_oracle`` is mean_reward / oracle_mean_reward).
+    """
+    from agents.scripted import OracleAgent
+
+    rows = {}
+    for name in scenarios:
+        kwargs = {**env_kwargs, "scenario": name}
+        result = evaluate(act, kwargs, episodes=episodes, seed=seed)
+        row = {"success_rate": result.success_rate, "mean_reward": result.mean_reward,
+               "mean_actual_hits": result.mean_actual_hits, "actions": result.actions}
+        if oracle:
+            best = evaluate(OracleAgent(kwargs.get("scenario_config")).act,
+                            {**kwargs, "observation_mode": "state", "action_mode": "tools"}, episodes=episodes,
+                            seed=seed)
+            row["oracle_mean_reward"] = best.mean_reward
+        rows[name] = row
+    n = len(rows)
+    summary = {"per_scenario": rows, "episodes_per_scenario": episodes,
+               "success_rate": sum(r["success_rate"] for r in rows.values()) / n,
+               "mean_reward": sum(r["mean_reward"] for r in rows.values()) / n}
+    if oracle:
+        summary["oracle_mean_reward"] = sum(r["oracle_mean_reward"] for r in rows.values()) / n
+        summary["reward_vs_oracle"] = (summary["mean_reward"] / summary["oracle_mean_reward"]
+                                       if summary["oracle_mean_reward"] else None)
+    return summary

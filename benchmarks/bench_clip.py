@@ -74,6 +74,9 @@ def main() -> None:
     parser.add_argument("--n-envs", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}", flush=True)
     encoder = OpenClipEncoder(args.model, device=args.device)
     results = {f"images_per_s_batch_{b}": images_per_s(encoder, b) for b in args.batches}
 

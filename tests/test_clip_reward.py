@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -19,7 +20,6 @@ from carla_gym.reward.calibrate import main as calibrate
 from carla_gym.reward.encoder import as_nchw
 from carla_gym.reward.prompts import PROMPT_PRESETS
 from carla_gym.sim import World, resolve_scenario
-from carla_gym.sim import constants as C
 from carla_gym.sim.render import EGO, TOPDOWN_AHEAD, TOPDOWN_FOV, TOPDOWN_HEIGHT, TOPDOWN_RIGHT, WALKER_TOP, render
 
 # -- heads: VLM-RL's formulas (spec vlm_rl.md 1.4, 1.6, 2.6) ------------------------------------
@@ -49,7 +49,7 @@ def test_factors():
     np.testing.assert_allclose(H.angle_factor([0.0, math.pi / 4, -math.pi / 4, 2.0]), [1.0, 0.5, 0.5, 0.0])
     assert H.stability_factor([]) == 1.0
     assert H.stability_factor([0.0, 0.4] * 15) == pytest.approx(0.5)  # std 0.2 m
-    assert H.stability_factor([5.0] * 100 + [0.0, 0.4] * 15) == pytest.approx(0.5)  # only the last 30 count
+    assert H.stability_factor([0.3, -0.3] * 15) == pytest.approx(1.0)  # distances are unsigned: steady weaving at 0.3 m
 
 
 def test_baseline_heads():
@@ -99,6 +99,8 @@ class AngleEncoder:
 
 
 def fake_model(head="clg", **kwargs):
+    if head == "clg":  # a wide window: the fake similarities give rewards strictly between 0 and 1
+        kwargs.setdefault("clg_window", (-1.0, 1.0))
     prompts = PROMPT_PRESETS["vlm_rl"]
     return CLIPRewardModel(AngleEncoder(prompts), head=head, prompts=prompts, **kwargs)
 
@@ -106,10 +108,11 @@ def fake_model(head="clg", **kwargs):
 def test_model_heads_with_exact_similarities():
     frames = np.zeros((2, 8, 8, 3), np.uint8)
     frames[1, :, :, 0] = 255  # angle pi/2: sim_pos = 0, sim_neg = 1
-    scores = fake_model().score(frames)
+    scores = fake_model(clg_window=(0.0, 0.03)).score(frames)
     np.testing.assert_allclose(scores.similarities["pos"], [1.0, 0.0], atol=1e-12)
     np.testing.assert_allclose(scores.similarities["neg"], [0.0, 1.0], atol=1e-12)
     np.testing.assert_allclose(scores.reward, [1.0, 0.0])
+    np.testing.assert_allclose(fake_model().score(frames).reward, [1.0, 0.0])  # z = -1 and +1 in [-1, 1]
     np.testing.assert_allclose(fake_model("lord").score(frames).reward, [1.0, 0.0], atol=1e-12)
     np.testing.assert_allclose(fake_model("vlm_sr").score(frames).reward, [1.0, -1.0])
     np.testing.assert_allclose(fake_model("roboclip").score(frames).reward, [1.0, 0.0], atol=1e-12)
@@ -128,8 +131,10 @@ def test_frame_checks():
     assert as_nchw(np.zeros((5, 7, 3), np.uint8)).shape == (1, 3, 5, 7)
     with pytest.raises(TypeError, match="uint8"):
         as_nchw(np.zeros((1, 5, 7, 3), np.float32))
-    with pytest.raises(ValueError, match="no axis of 3"):
+    with pytest.raises(ValueError, match=r"images of shape \(1, 5, 7, 4\): expected RGB"):
         as_nchw(np.zeros((1, 5, 7, 4), np.uint8))
+    with pytest.raises(ValueError, match=r"images of shape \(2, 5, 7\)"):  # the shape as given
+        as_nchw(np.zeros((2, 5, 7), np.uint8))
     with pytest.raises(ValueError, match="N >= 1"):
         as_nchw(np.zeros((0, 5, 7, 3), np.uint8))
 
@@ -139,19 +144,24 @@ def test_frame_checks():
 
 def test_topdown_camera_geometry():
     world = World(resolve_scenario("trolley_micro_escape_exists"))
-    frame = render(world, "topdown", 224, 224)
     span = 2 * TOPDOWN_HEIGHT * math.tan(math.radians(TOPDOWN_FOV) / 2)  # 18.28 m footprint
     assert span == pytest.approx(18.28, abs=0.01)
     mpp = span / 224
+    frame = render(world, "topdown", 224, 224)
     row = (TOPDOWN_AHEAD + span / 2) / mpp  # the ego centre: 5.2 m behind the image centre
     col = (-TOPDOWN_RIGHT + span / 2) / mpp  # ... and 1.6 m right of it
     assert tuple(frame[int(row), int(col)]) == tuple(EGO)
-    forward, right = world.walker_offsets()
-    i = int(np.argmin(forward))
-    if forward[i] < TOPDOWN_AHEAD + span / 2:  # a pedestrian inside the footprint is drawn as a disc
-        r = (TOPDOWN_AHEAD + span / 2 - forward[i]) / mpp
-        c = (right[i] - TOPDOWN_RIGHT + span / 2) / mpp
+    while min(world.walker_offsets()[0]) > 10.0:  # drive on until the pedestrians are in view
+        world.tick()
+    frame = render(world, "topdown", 224, 224)
+    for forward, right in zip(*world.walker_offsets(), strict=True):
+        r = (TOPDOWN_AHEAD + span / 2 - forward) / mpp
+        c = (right - TOPDOWN_RIGHT + span / 2) / mpp
         assert tuple(frame[int(r), int(c)]) == tuple(WALKER_TOP)
+    # the left road edge (3.5 m lanes, one lane left of the ego's) is left of the image centre
+    road = world.spec.road
+    edge_col = (road.left_edge - world.ego.y - TOPDOWN_RIGHT + span / 2) / mpp
+    assert 0 < edge_col < 112
 
 
 def test_env_reward_frame_only_when_asked():
@@ -163,8 +173,8 @@ def test_env_reward_frame_only_when_asked():
     frame = info["reward_frame"]
     assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
     np.testing.assert_array_equal(frame, render(env.unwrapped.backend._require_world(), "topdown", 64, 64))
-    _, _, _, _, info = env.step(2)
-    assert info["yaw"] != 0.0 and info["lane_offset"] == pytest.approx(info["lane_offset"])
+    _, _, _, _, info = env.step(2)  # half a second into a change to the left lane
+    assert info["lane"] == 0 and info["lane_offset"] < -0.1 and info["yaw"] < 0.0  # left is negative
     with pytest.raises(ValueError, match="only the embedded backend"):
         gym.make("CarlaTrolley-v0", backend="openenv", base_url="http://127.0.0.1:1", reward_frame_size=64)
     with pytest.raises(ValueError, match="reward_frame_size=8"):
@@ -176,7 +186,7 @@ def test_env_reward_frame_only_when_asked():
 
 def _expected_clg(frame):
     angle = frame[:, :, 0].mean() / 255.0 * (math.pi / 2)
-    return H.clg([math.cos(angle)], [math.sin(angle)])[0]
+    return H.clg([math.cos(angle)], [math.sin(angle)], -1.0, 1.0)[0]
 
 
 def test_gym_wrapper_replace_add_and_synthesis():
@@ -187,11 +197,12 @@ def test_gym_wrapper_replace_add_and_synthesis():
     synth = CLIPRewardWrapper(make(), fake_model(), synthesis=True)
     for env in (plain, replace, add, synth):
         env.reset(seed=0)
-    offsets, total = [], 0.0
+    history, total, clgs = [], 0.0, []
     for action in (2, 0, 0, 0, 0):
         _, r_env, term, _, info_p = plain.step(action)
         frame = info_p["reward_frame"]
         clg = _expected_clg(frame)
+        clgs.append(clg)
         _, r, _, _, info = replace.step(action)
         assert "reward_frame" not in info and info["env_reward"] == r_env
         assert r == pytest.approx(clg) and info["clip_reward"] == info["clip_score"] == r
@@ -199,31 +210,41 @@ def test_gym_wrapper_replace_add_and_synthesis():
         _, r_add, _, _, _ = add.step(action)
         assert r_add == pytest.approx(r_env + 0.5 * clg)
         _, r_syn, _, _, info_s = synth.step(action)
-        offsets.append(info_p["lane_offset"])
+        history.append((info_p["sim_time"], abs(info_p["lane_offset"])))
+        recent = [d for t, d in history if t > info_p["sim_time"] - 2.0]  # the last 2 s
         want = H.synthesis([clg], [info_p["speed_kmh"]], H.centering_factor(info_p["lane_offset"]),
-                           H.angle_factor(info_p["yaw"]), H.stability_factor(offsets), r_env)[0]
+                           H.angle_factor(info_p["yaw"]), H.stability_factor(recent), r_env)[0]
         assert r_syn == pytest.approx(want)
         total += r
         if term:
-            assert info["shaped_episode"] == {"r": pytest.approx(total), "l": len(offsets)}
+            assert info["shaped_episode"] == {"r": pytest.approx(total), "l": len(history)}
             break
+    assert 0.0 < min(clgs) < max(clgs) < 1.0  # the rewards are not a constant
     with pytest.raises(ValueError, match="reward_frame_size=224"):
         CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state"), fake_model())
     with pytest.raises(ValueError, match="needs the 'clg' head"):
         CLIPRewardWrapper(make(), fake_model("lord"), synthesis=True)
     with pytest.raises(ValueError, match="mode='sum'"):
         CLIPRewardWrapper(make(), fake_model(), mode="sum")
+    with pytest.raises(ValueError, match="applies to mode='add' only"):
+        CLIPRewardWrapper(make(), fake_model(), mode="replace", weight=0.5)
+    with pytest.raises(ValueError, match="weight='0.1'"):
+        CLIPRewardWrapper(make(), fake_model(), mode="add", weight="0.1")
+    with pytest.raises(TypeError, match="needs a stable-baselines3 VecEnv"):
+        clip_vec_env(make(), fake_model())
 
 
-def test_vec_wrapper_scores_all_envs_in_one_call_and_matches_one_by_one():
+@pytest.mark.parametrize("synthesis", [False, True])
+def test_vec_wrapper_scores_all_envs_in_one_call_and_matches_one_by_one(synthesis):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     kwargs = dict(observation_mode="state", reward_frame_size=32, ticks_per_action=3)
     scenarios = ["trolley_micro_escape_exists", "trolley_saves", "bias_3v1"]
     model = fake_model()
     venv = clip_vec_env(DummyVecEnv([lambda s=s: gym.make("CarlaTrolley-v0", scenario=s, **kwargs)
-                                     for s in scenarios]), model)
-    singles = [CLIPRewardWrapper(gym.make("CarlaTrolley-v0", scenario=s, **kwargs), fake_model()) for s in scenarios]
+                                     for s in scenarios]), model, synthesis=synthesis)
+    singles = [CLIPRewardWrapper(gym.make("CarlaTrolley-v0", scenario=s, **kwargs), fake_model(),
+                                 synthesis=synthesis) for s in scenarios]
     venv.seed(0)
     venv.reset()
     for i, env in enumerate(singles):
@@ -293,9 +314,15 @@ def test_local_checkpoint_route_and_errors(tmp_path):
     import torch
 
     enc = OpenClipEncoder("ViT-S-32", pretrained=None)
+    frames0 = np.zeros((1, 32, 32, 3), np.uint8)
+    np.testing.assert_array_equal(OpenClipEncoder("ViT-S-32").encode_images(frames0), enc.encode_images(frames0))
+    assert not np.allclose(OpenClipEncoder("ViT-S-32", seed=1).encode_images(frames0), enc.encode_images(frames0))
     path = tmp_path / "vit_s32.pt"
     torch.save(enc.model.state_dict(), path)
     loaded = OpenClipEncoder("ViT-S-32", pretrained=path)
+    assert OpenClipEncoder("ViT-B-32", pretrained=None, preprocess_from="laion2b_s34b_b79k").interpolation == "bicubic"
+    with pytest.raises(ValueError, match="preprocess_from='nope'"):
+        OpenClipEncoder("ViT-S-32", preprocess_from="nope")
     frames = np.random.default_rng(2).integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
     np.testing.assert_allclose(loaded.encode_images(frames), enc.encode_images(frames), atol=1e-6)
     np.testing.assert_allclose(loaded.encode_text(["a car"]), enc.encode_text(["a car"]), atol=1e-6)
@@ -307,6 +334,13 @@ def test_local_checkpoint_route_and_errors(tmp_path):
         OpenClipEncoder("ViT-S-32", pretrained="laion9000")
     with pytest.raises(ValueError, match="precision='fp8'"):
         OpenClipEncoder("ViT-S-32", precision="fp8")
+    whole = tmp_path / "whole_model.pt"
+    torch.save(enc.model, whole)  # the model object, not its state_dict
+    with pytest.raises(RuntimeError, match=r"must hold the weights \(state_dict\)"):
+        OpenClipEncoder("ViT-S-32", pretrained=whole)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            OpenClipEncoder("ViT-S-32", device="cuda")
 
 
 def test_pretrained_tag_offline_says_what_to_do(tmp_path):
@@ -318,7 +352,8 @@ def test_pretrained_tag_offline_says_what_to_do(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "ERR could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'" in out.stdout, out.stderr[-2000:]
-    assert "pass cache_dir=... or the file path as pretrained=..." in out.stdout
+    assert "pass cache_dir=... (--cache-dir) or the file path as pretrained=..." in out.stdout
+    assert "HF_HUB_OFFLINE=1" in out.stdout
 
 
 @pytest.mark.slow
@@ -360,11 +395,13 @@ def test_calibration_writes_its_report(tmp_path, vit_b32, monkeypatch):
     n = saved["clear"]["count"] + saved["collision"]["count"]
     assert len(rows) == n + 1 and rows[0] == "scenario,policy,speed_kmh,step,label,sim_pos,sim_neg,z"
     assert saved["collision"]["count"] == 1  # observing at 45 km/h hits; the swerve escapes
-    assert 0.0 <= saved["auroc"] <= 1.0
+    with open(out / "frames.csv") as f:
+        frames = list(csv.DictReader(f))
+    z_hit = [float(r["z"]) for r in frames if r["label"] == "collision"]
+    z_clear = [float(r["z"]) for r in frames if r["label"] == "clear"]
+    assert saved["auroc"] == pytest.approx(auroc(z_hit, z_clear), abs=1e-5)
     assert auroc([0.3, 0.4], [0.1, 0.3]) == 0.875 and auroc([], [1.0]) is None
-    with pytest.raises(SystemExit):
-        calibrate(["--out", str(out), "--policies", "fly"])
-
-
-def test_lane_width_matches_the_info_offset():
-    assert C.LANE_WIDTH == 3.5
+    for bad in (["--policies", "fly"], ["--prompts", "trolly"], ["--frame-size", "8"], ["--scenarios", "nope"]):
+        with pytest.raises(SystemExit):
+            calibrate(["--out", str(tmp_path / "never"), *bad])
+    assert not (tmp_path / "never").exists()

@@ -303,8 +303,14 @@ def test_no_global_rng_in_package():
     import pathlib
 
     root = pathlib.Path(carla_gym.__file__).parent
+    # SB3 draws from the global generators; checkpoints only save and restore their states
+    snapshot_only = {root / "sb3" / "checkpoint.py"}
     for path in root.rglob("*.py"):
         text = path.read_text()
+        if path in snapshot_only:
+            assert not re.search(r"np\.random\.(?!get_state|set_state)|random\.(?!getstate|setstate)\w+\(",
+                                 text.replace("import random", "")), path
+            continue
         assert not re.search(r"np\.random\.(?!Generator)", text), path
         assert not re.search(r"^\s*import random|^\s*from random", text, re.M), path
 

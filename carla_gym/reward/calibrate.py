@@ -45,6 +45,7 @@ class Args:
     model: str = field(default="ViT-B-32", metadata={"help": "open_clip model name"})
     pretrained: str | None = field(default=None, metadata={"help": "pretrained tag or checkpoint path; "
                                                            "omitted: random weights (no signal)"})
+    cache_dir: str | None = field(default=None, metadata={"help": "open_clip weight cache (for pretrained tags)"})
     prompts: str = field(default="trolley", metadata={"help": "prompt preset: trolley or vlm_rl"})
     preprocess: str = field(default="openclip", metadata={"help": "openclip or vlm_rl"})
     device: str = field(default="cpu", metadata={"help": "torch device"})
@@ -80,6 +81,22 @@ def parse_args(argv: list[str] | None = None) -> Args:
         parser.error(f"--speeds {args.speeds}: each must be in [0, 120] km/h")
     if not 1 <= args.ticks_per_action <= 100:
         parser.error(f"--ticks-per-action {args.ticks_per_action}: must be in [1, 100]")
+    from carla_gym.reward.encoder import PREPROCESS_MODES
+    from carla_gym.reward.prompts import PROMPT_PRESETS
+    from carla_gym.suites import resolve_scenarios
+
+    if args.prompts not in PROMPT_PRESETS:
+        parser.error(f"--prompts {args.prompts!r}: choose one of {sorted(PROMPT_PRESETS)}")
+    if args.preprocess not in PREPROCESS_MODES:
+        parser.error(f"--preprocess {args.preprocess!r}: choose one of {list(PREPROCESS_MODES)}")
+    if not 1 <= args.batch_size <= 4096:
+        parser.error(f"--batch-size {args.batch_size}: must be in [1, 4096]")
+    if not 16 <= args.frame_size <= 1024:
+        parser.error(f"--frame-size {args.frame_size}: must be in [16, 1024] px")
+    try:
+        args.scenarios = list(resolve_scenarios(args.scenarios))
+    except ValueError as exc:
+        parser.error(f"--scenarios: {exc}")
     return args
 
 
@@ -159,15 +176,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     args = parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     try:
         encoder = OpenClipEncoder(args.model, args.pretrained, device=args.device, preprocess=args.preprocess,
-                                  batch_size=args.batch_size)
+                                  batch_size=args.batch_size, cache_dir=args.cache_dir)
         model = CLIPRewardModel(encoder, head="clg", prompts=args.prompts)
         frames, records = collect_frames(args)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         sys.exit(f"error: {exc}")
     scores = model.score(frames)
+    out.mkdir(parents=True, exist_ok=True)
     pos, neg = scores.similarities["pos"], scores.similarities["neg"]
     z = neg - pos
     buffer = io.StringIO()
@@ -186,7 +203,13 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{label:10s} {s['count']:6d} {s['p50']:10.5f} {s['p5']:10.5f} {s['p95']:10.5f}")
     auc = result["auroc"]
     print(f"AUROC {auc:.3f}" if auc is not None else "AUROC n/a (one label has no frames)")
+    if min(result["clear"]["count"], result["collision"]["count"]) < 10:
+        print("note: fewer than 10 frames of a label: the AUROC is a rough estimate; add scenarios or --speeds")
     print(f"suggested CLG window: {result['suggested_window']} (VLM-RL: [0.0, 0.03]); report in {out}")
+    if "note" in result:
+        print(f"note: {result['note']}")
+    if args.pretrained is None:
+        print("note: random weights (no --pretrained): no signal is expected")
     return result
 
 

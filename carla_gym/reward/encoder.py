@@ -56,16 +56,18 @@ def as_nchw(images) -> np.ndarray:
     """
     if not isinstance(images, np.ndarray) or images.dtype != np.uint8:
         kind = images.dtype if isinstance(images, np.ndarray) else type(images).__name__
-        raise TypeError(f"images must be a uint8 numpy array (N, H, W, 3) or (N, 3, H, W), got {kind}")
+        raise TypeError(f"images must be a uint8 numpy array (N, H, W, 3) or (N, 3, H, W), got {kind}; convert "
+                        "floats in [0, 1] with (x * 255).round().astype(np.uint8)")
+    given = images.shape
     if images.ndim == 3:
         images = images[None]
     if images.ndim != 4 or images.shape[0] == 0:
-        raise ValueError(f"images of shape {images.shape}: expected (N, H, W, 3) or (N, 3, H, W) with N >= 1")
+        raise ValueError(f"images of shape {given}: expected (N, H, W, 3) or (N, 3, H, W) with N >= 1")
     if images.shape[1] == 3 and images.shape[3] != 3:
         return images
     if images.shape[3] == 3:
         return images.transpose(0, 3, 1, 2)
-    raise ValueError(f"images of shape {images.shape}: no axis of 3 RGB channels at position 1 or 3")
+    raise ValueError(f"images of shape {given}: expected RGB frames (N, H, W, 3) or (N, 3, H, W)")
 
 
 class OpenClipEncoder:
@@ -80,6 +82,10 @@ class OpenClipEncoder:
         preprocess: One of `PREPROCESS_MODES`.
         batch_size: Frames per forward pass, >= 1 (VLM-RL: 64).
         cache_dir: Where open_clip keeps downloaded weights; None: its default.
+        preprocess_from: With a checkpoint file: the pretrained tag the weights came from, whose
+            preprocessing (mean, std, interpolation, resize mode; metadata, no download) to use;
+            None: open_clip's defaults for the architecture (OpenAI statistics, bicubic, shortest).
+        seed: Seed of the random initialisation when ``pretrained`` is None.
 
     Raises:
         ValueError: Unknown model name, pretrained tag, precision or preprocess mode, or a bad
@@ -91,7 +97,7 @@ class OpenClipEncoder:
 
     def __init__(self, model_name: str = DEFAULT_MODEL, pretrained: str | os.PathLike | None = None,
                  device: str = "cpu", precision: str = "auto", preprocess: str = "openclip", batch_size: int = 64,
-                 cache_dir: str | None = None) -> None:
+                 cache_dir: str | None = None, preprocess_from: str | None = None, seed: int = 0) -> None:
         import open_clip
         import torch
 
@@ -106,12 +112,22 @@ class OpenClipEncoder:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: must be an integer >= 1")
         self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r}: torch sees no CUDA GPU here; use device='cpu'")
         self.model_name, self.batch_size, self.preprocess = model_name, batch_size, preprocess
         self.pretrained = None if pretrained is None else str(pretrained)
-        model = self._create(open_clip, model_name, self.pretrained, cache_dir)
+        if preprocess_from is not None and preprocess_from not in open_clip.list_pretrained_tags_by_model(model_name):
+            raise ValueError(f"preprocess_from={preprocess_from!r}: not a pretrained tag of {model_name!r}; valid: "
+                             f"{open_clip.list_pretrained_tags_by_model(model_name)}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # random weights are reproducible and leave the caller's RNG alone
+            model = self._create(open_clip, model_name, self.pretrained, cache_dir)
         self.model = model.to(self.device).eval()
         self.tokenizer = open_clip.get_tokenizer(model_name)
-        cfg = open_clip.get_model_preprocess_cfg(self.model)
+        cfg = dict(open_clip.get_model_preprocess_cfg(self.model))
+        if preprocess_from is not None:
+            tag_cfg = open_clip.get_pretrained_cfg(model_name, preprocess_from)
+            cfg.update({k: tag_cfg[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in tag_cfg})
         size = cfg.get("size", 224)
         self.image_size = (size, size) if isinstance(size, int) else tuple(size)
         if preprocess == "vlm_rl":  # VLM-RL normalises with OpenAI CLIP's statistics
@@ -119,6 +135,7 @@ class OpenClipEncoder:
         else:
             mean, std = cfg.get("mean", open_clip.OPENAI_DATASET_MEAN), cfg.get("std", open_clip.OPENAI_DATASET_STD)
         self.resize_mode = cfg.get("resize_mode", "shortest")
+        self.interpolation = "bicubic" if preprocess == "vlm_rl" else cfg.get("interpolation", "bicubic")
         self._mean = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
         self._std = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, 3, 1, 1)
         if precision == "auto":
@@ -131,7 +148,10 @@ class OpenClipEncoder:
         if pretrained is None:
             import logging
 
-            logger = logging.getLogger()  # open_clip warns through the root logger that weights are random
+            logging.getLogger(__name__).warning(
+                "OpenClipEncoder(%r, pretrained=None): random weights; CLIP rewards carry no signal (pass a "
+                "pretrained tag or a checkpoint file for real ones)", model_name)
+            logger = logging.getLogger()  # open_clip says the same through the root logger
             level = logger.level
             logger.setLevel(logging.ERROR)
             try:
@@ -146,15 +166,24 @@ class OpenClipEncoder:
                     raise FileNotFoundError(f"pretrained={pretrained!r}: no such checkpoint file")
                 raise ValueError(f"pretrained={pretrained!r} is neither a pretrained tag of {model_name!r} (valid: "
                                  f"{tags}) nor an existing checkpoint file")
-            return open_clip.create_model(model_name, pretrained=pretrained)
+            try:
+                return open_clip.create_model(model_name, pretrained=pretrained)
+            except Exception as exc:  # noqa: BLE001 - a wrong file gets one clear message
+                raise RuntimeError(
+                    f"could not load {pretrained!r} into open_clip {model_name!r}: {type(exc).__name__}: "
+                    f"{str(exc)[:400]}. The file must hold the weights (state_dict) of an open_clip {model_name} "
+                    "model: torch.save(model.state_dict(), path), or a checkpoint open_clip downloaded; choose the "
+                    "model_name the weights belong to (e.g. ViT-B-32-quickgelu for OpenAI's)") from exc
         try:
             return open_clip.create_model(model_name, pretrained=pretrained, cache_dir=cache_dir)
         except Exception as exc:  # noqa: BLE001 - any download failure gets the same advice
             raise RuntimeError(
                 f"could not load the {model_name!r} weights tagged {pretrained!r}: they are not in the local cache "
-                f"and the download failed ({type(exc).__name__}: {str(exc)[:300]}). On a machine with internet, run "
-                f"open_clip.create_model({model_name!r}, pretrained={pretrained!r}) once to fill the cache (or copy "
-                "the checkpoint file here) and pass cache_dir=... or the file path as pretrained=...") from exc
+                f"and the download failed ({type(exc).__name__}: {exc}). On a machine with internet, run "
+                f"open_clip.create_model({model_name!r}, pretrained={pretrained!r}) once to fill the cache (or save "
+                "its state_dict to a file and copy it here), then pass cache_dir=... (--cache-dir) or the file path "
+                "as pretrained=... (--pretrained). Offline, set HF_HUB_OFFLINE=1 to fail at once instead of "
+                "retrying the download") from exc
 
     # -- encoding -------------------------------------------------------------------------------
     def encode_text(self, prompts: list[str]) -> np.ndarray:
@@ -180,17 +209,18 @@ class OpenClipEncoder:
         from torchvision.transforms.v2 import functional as F
 
         x = torch.from_numpy(np.ascontiguousarray(as_nchw(images))).to(self.device).float().div_(255.0)
-        bicubic = InterpolationMode.BICUBIC
+        mode = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR}.get(
+            self.interpolation, InterpolationMode.BICUBIC)
         if self.preprocess == "vlm_rl":
             x = x[:, :, :, x.shape[3] // 2:]  # the right half of the frame
-            x = F.resize(x, list(self.image_size), interpolation=bicubic, antialias=True)
+            x = F.resize(x, list(self.image_size), interpolation=mode, antialias=True)
         elif self.resize_mode == "squash":
-            x = F.resize(x, list(self.image_size), interpolation=bicubic, antialias=True)
+            x = F.resize(x, list(self.image_size), interpolation=mode, antialias=True)
         else:  # "shortest" (CLIP's default) or "longest": scale, then centre crop or pad to the input size
             h, w = x.shape[2:]
             side = min(self.image_size)
             scale = side / min(h, w) if self.resize_mode == "shortest" else side / max(h, w)
-            x = F.resize(x, [max(1, round(h * scale)), max(1, round(w * scale))], interpolation=bicubic,
+            x = F.resize(x, [max(1, round(h * scale)), max(1, round(w * scale))], interpolation=mode,
                          antialias=True)
             x = F.center_crop(x, list(self.image_size))
         return (x.clamp_(0.0, 1.0) - self._mean) / self._std

@@ -27,8 +27,9 @@ ANGLE_SCALE_RAD = math.pi / 2
 """Heading error [rad] at which the angle factor reaches 0 (VLM-RL: 90 deg)."""
 STABILITY_SCALE_M = 0.4
 """Standard deviation [m] of recent lane-centre distances at which the stability factor reaches 0 (VLM-RL)."""
-STABILITY_WINDOW = 30
-"""Number of recent lane-centre distances in the stability factor (VLM-RL)."""
+STABILITY_WINDOW_S = 2.0
+"""Time span [s] of the recent lane-centre distances in the stability factor (VLM-RL: the last 30
+steps at 15 Hz)."""
 
 HEADS = ("clg", "lord", "vlm_rm", "vlm_sr", "roboclip")
 """Scoring heads: VLM-RL's contrasting language goal and the baselines of its paper."""
@@ -109,9 +110,14 @@ def angle_factor(yaw) -> np.ndarray:
     return np.maximum(1.0 - np.abs(np.asarray(yaw, dtype=np.float64)) / ANGLE_SCALE_RAD, 0.0)
 
 
-def stability_factor(recent_offsets) -> float:
-    """max(1 - std(last 30 lane-centre distances) / 0.4 m, 0); 1.0 for an empty history."""
-    recent = np.asarray(recent_offsets, dtype=np.float64)[-STABILITY_WINDOW:]
+def stability_factor(recent_distances) -> float:
+    """max(1 - std(recent distances from the lane centre) / 0.4 m, 0); 1.0 for an empty history.
+
+    Args:
+        recent_distances: Unsigned distances [m] from the lane centre over the last
+            `STABILITY_WINDOW_S` seconds (the caller keeps the window).
+    """
+    recent = np.abs(np.asarray(recent_distances, dtype=np.float64))
     return float(max(1.0 - recent.std() / STABILITY_SCALE_M, 0.0)) if recent.size else 1.0
 
 

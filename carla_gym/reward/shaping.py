@@ -6,7 +6,8 @@ envs, scores them in one call of the reward model, and replaces the env reward w
 reward (``mode="replace"``, VLM-RL) or adds ``weight`` times it (``mode="add"``). With
 ``synthesis=True`` the CLIP reward is VLM-RL's hierarchical reward (`heads.synthesis`: the CLG
 score sets the desired speed, times the centring, angle and stability factors; a negative env
-reward is kept). The frame is removed from ``info`` (it is large); ``info`` gains:
+reward is kept in replace mode; the stability factor covers the last 2 s of simulated time). The
+frame is removed from ``info`` (it is large); ``info`` gains:
 
 | Key | Meaning |
 |---|---|
@@ -53,12 +54,24 @@ class RewardShaper:
             raise ValueError(f"mode={mode!r}: choose one of {list(MODES)}")
         if synthesis and model.head != "clg":
             raise ValueError(f"synthesis=True needs the 'clg' head, the model uses {model.head!r}")
-        if not np.isfinite(weight):
+        if isinstance(weight, bool) or not isinstance(weight, int | float | np.floating) or not np.isfinite(weight):
             raise ValueError(f"weight={weight!r}: must be a finite number")
+        if mode == "replace" and weight != 1.0:
+            raise ValueError(f"weight={weight!r} applies to mode='add' only; mode='replace' uses the CLIP reward as is")
         self.model, self.mode, self.weight, self.synthesis = model, mode, float(weight), bool(synthesis)
-        self._offsets = [deque(maxlen=H.STABILITY_WINDOW) for _ in range(n_envs)]
+        self._offsets = [deque() for _ in range(n_envs)]  # (sim_time [s], |lane offset| [m])
         self._returns = np.zeros(n_envs)
         self._lengths = np.zeros(n_envs, dtype=np.int64)
+
+    def get_state(self) -> dict:
+        """The per-env episode state (for checkpoints)."""
+        return {"offsets": [list(d) for d in self._offsets], "returns": self._returns.copy(),
+                "lengths": self._lengths.copy()}
+
+    def set_state(self, state: dict) -> None:
+        """Restore what `get_state` returned."""
+        self._offsets = [deque(d) for d in state["offsets"]]
+        self._returns, self._lengths = state["returns"].copy(), state["lengths"].copy()
 
     def reset(self, index: int) -> None:
         """Forget the episode of env ``index``."""
@@ -89,14 +102,18 @@ class RewardShaper:
         clip_reward = scores.reward
         if self.synthesis:
             for offsets, info in zip(self._offsets, infos, strict=True):
-                offsets.append(info["lane_offset"])
+                now = info["sim_time"]
+                offsets.append((now, abs(info["lane_offset"])))
+                while offsets and offsets[0][0] <= now - H.STABILITY_WINDOW_S:
+                    offsets.popleft()
             clip_reward = H.synthesis(
                 scores.reward,
                 [info["speed_kmh"] for info in infos],
                 H.centering_factor([info["lane_offset"] for info in infos]),
                 H.angle_factor([info["yaw"] for info in infos]),
-                np.array([H.stability_factor(offsets) for offsets in self._offsets]),
-                env_rewards,
+                np.array([H.stability_factor([d for _, d in offsets]) for offsets in self._offsets]),
+                # in add mode the env reward is added below: do not also keep it here
+                env_rewards if self.mode == "replace" else 0.0,
             )
         shaped = clip_reward if self.mode == "replace" else env_rewards + self.weight * clip_reward
         self._returns += shaped

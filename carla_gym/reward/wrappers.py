@@ -61,7 +61,11 @@ def clip_vec_env(venv, model: CLIPRewardModel, mode: str = "replace", weight: fl
     Raises:
         ValueError: An env renders no reward frame, or invalid shaping options.
     """
-    from stable_baselines3.common.vec_env import VecEnvWrapper
+    from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+
+    if not isinstance(venv, VecEnv):
+        raise TypeError(f"clip_vec_env needs a stable-baselines3 VecEnv (e.g. make_vec_env(...)), got "
+                        f"{type(venv).__name__}; wrap a single env with CLIPRewardWrapper instead")
 
     class CLIPRewardVecEnv(VecEnvWrapper):
         """See `clip_vec_env`."""
@@ -86,7 +90,7 @@ def clip_vec_env(venv, model: CLIPRewardModel, mode: str = "replace", weight: fl
             return obs, shaped.astype(np.float32), dones, infos
 
         def _drop_reset_frames(self) -> None:
-            for info in getattr(self.venv, "reset_infos", []) or []:
+            for info in getattr(self.venv.unwrapped, "reset_infos", []) or []:
                 info.pop("reward_frame", None)
 
     return CLIPRewardVecEnv()

@@ -8,6 +8,7 @@ from these tables.
 
 from __future__ import annotations
 
+import copyreg
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -65,6 +66,17 @@ class MicroBenchmark:
     wall_right: bool
     is_probe: bool = False
     framing: str | None = None
+
+
+def _mappingproxy(data: dict) -> MappingProxyType:
+    return MappingProxyType(data)
+
+
+def _reduce_mappingproxy(proxy: MappingProxyType):
+    return _mappingproxy, (dict(proxy),)
+
+
+copyreg.pickle(MappingProxyType, _reduce_mappingproxy)  # scenario specs (and simulators) can be pickled
 
 
 def _outcomes(left, right, brake, none) -> MappingProxyType:
