@@ -437,8 +437,8 @@ def main(argv: list[str] | None = None) -> dict:
         writer.writerow([name, row["success_rate"], row["mean_reward"], row["oracle_mean_reward"],
                          row["mean_actual_hits"]])
     write_text_atomic(out / "eval.csv", buffer.getvalue())
-    plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {len(args.scenario)} "
-                        "scenario(s)")
+    where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
+    plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {where}")
     shutil.rmtree(out.with_name(out.name + ".replaced"), ignore_errors=True)  # the new run is complete
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
     print(f"evaluation, {args.eval_episodes} episodes per scenario (upstream rubric): success rate "
@@ -478,6 +478,8 @@ def plot_learning_curve(csv_path: Path, png_path: Path, title: str) -> None:
     ax.plot(steps, [float(r["success_rate"]) for r in rows], marker="o", label="success rate")
     ax.plot(steps, [float(r["mean_reward"]) for r in rows], marker="s", label="mean rubric reward")
     ax.set_xlabel("environment steps")
+    low = min([0.0] + [float(r["mean_reward"]) for r in rows])
+    ax.set_ylim(min(low, 0.0) - 0.05, 1.05)  # success rates in [0, 1]; rubric rewards in [-1, 1]
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
