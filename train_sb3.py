@@ -20,83 +20,62 @@ reward) and learning_curve.png. Evaluation always scores with upstream's rubric 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
-import io
 import json
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.io import write_json_atomic, write_text_atomic
-
-
-def _arg(default, help: str):  # noqa: A002 - argparse's name
-    """A dataclass field that carries its --help text."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+from carla_gym.cli_args import arg, parser_for
+from carla_gym.io import write_csv_atomic, write_json_atomic
 
 
 @dataclass
 class Args:
     """Command-line arguments: each field is a flag (--total-timesteps, --n-envs, ...)."""
 
-    algo: str = _arg("ppo", "ppo or sac (sac needs --action-mode control)")
-    action_mode: str = _arg("auto", "tools (Discrete(4)), control (Box: steer, throttle/brake) or auto (tools for "
+    algo: str = arg("ppo", "ppo or sac (sac needs --action-mode control)")
+    action_mode: str = arg("auto", "tools (Discrete(4)), control (Box: steer, throttle/brake) or auto (tools for "
                                     "ppo, control for sac)")
-    scenario: list[str] = _arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
+    scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
                                "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per reset")
-    total_timesteps: int = _arg(0, "environment steps (decisions) to train; 0: the preset's default")
-    preset: str = _arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published settings)")
-    seed: int = _arg(0, "seed of torch, numpy and the environments")
-    n_envs: int = _arg(4, "parallel environments")
-    vec_env: str = _arg("dummy", "vector env: dummy (in-process; exact resume) or subproc (one process per env)")
-    policy: str = _arg("MlpPolicy", "MlpPolicy (state vector) or MultiInputPolicy (image + state, NatureCNN)")
-    ticks_per_action: int = _arg(10, "simulator ticks (0.05 s each) per decision")
-    reward_mode: str = _arg("rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian "
+    total_timesteps: int = arg(0, "environment steps (decisions) to train; 0: the preset's default")
+    preset: str = arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published settings)")
+    seed: int = arg(0, "seed of torch, numpy and the environments")
+    n_envs: int = arg(4, "parallel environments")
+    vec_env: str = arg("dummy", "vector env: dummy (in-process; exact resume) or subproc (one process per env)")
+    policy: str = arg("MlpPolicy", "MlpPolicy (state vector) or MultiInputPolicy (image + state, NatureCNN)")
+    ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision")
+    reward_mode: str = arg("rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian "
                                       "actually hit, -1 for leaving the road)")
-    backend: str = _arg("embedded", "embedded or openenv (remote OpenEnv CARLA servers, see --env-urls)")
-    env_urls: list[str] = _arg([], "OpenEnv server URLs for --backend openenv; env i uses URL i mod len")
-    clip: str = _arg("none", "CLIP shaping: none, vit-b-32 (CPU-sized) or vlm-rl (ViT-bigG-14, VLM-RL's prompts, "
+    backend: str = arg("embedded", "embedded or openenv (remote OpenEnv CARLA servers, see --env-urls)")
+    env_urls: list[str] = arg([], "OpenEnv server URLs for --backend openenv; env i uses URL i mod len")
+    clip: str = arg("none", "CLIP shaping: none, vit-b-32 (CPU-sized) or vlm-rl (ViT-bigG-14, VLM-RL's prompts, "
                              "preprocessing and synthesis)")
-    clip_pretrained: str = _arg("", "open_clip pretrained tag or checkpoint path; empty: the preset's (vlm-rl) "
+    clip_pretrained: str = arg("", "open_clip pretrained tag or checkpoint path; empty: the preset's (vlm-rl) "
                                     "or random weights (vit-b-32: no signal, for smoke tests)")
-    clip_mode: str = _arg("", "replace (VLM-RL) or add; empty: the preset's (vlm-rl: replace, vit-b-32: add)")
-    clip_weight: float = _arg(0.1, "weight of the CLIP reward in add mode")
-    clip_device: str = _arg("cpu", "torch device of the CLIP model, e.g. cuda")
-    hp: list[str] = _arg([], "hyperparameter overrides name=value with SB3's names, e.g. n_steps=64 gamma=0.95 "
+    clip_mode: str = arg("", "replace (VLM-RL) or add; empty: the preset's (vlm-rl: replace, vit-b-32: add)")
+    clip_weight: float = arg(0.1, "weight of the CLIP reward in add mode")
+    clip_device: str = arg("cpu", "torch device of the CLIP model, e.g. cuda")
+    hp: list[str] = arg([], "hyperparameter overrides name=value with SB3's names, e.g. n_steps=64 gamma=0.95 "
                              "(applied over the preset)")
-    eval_freq: int = _arg(0, "env steps between evaluations; 0: 10 per run")
-    eval_episodes: int = _arg(100, "final evaluation episodes per scenario (periodic ones use a fifth)")
-    checkpoint_freq: int = _arg(0, "env steps between checkpoints; 0: 10 per run")
-    output_dir: str = _arg("runs/ppo", "run directory")
-    overwrite: bool = _arg(False, "allow writing into a non-empty output directory")
-    resume: str = _arg("", "continue the run in this directory from its last checkpoint (other flags are "
+    eval_freq: int = arg(0, "env steps between evaluations; 0: 10 per run")
+    eval_episodes: int = arg(100, "final evaluation episodes per scenario (periodic ones use a fifth)")
+    checkpoint_freq: int = arg(0, "env steps between checkpoints; 0: 10 per run")
+    output_dir: str = arg("runs/ppo", "run directory")
+    overwrite: bool = arg(False, "allow writing into a non-empty output directory")
+    resume: str = arg("", "continue the run in this directory from its last checkpoint (other flags are "
                            "taken from its config.json)")
-    progress_bar: bool = _arg(False, "show a progress bar (on by default when stderr is a terminal)")
+    progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """Build an argparse parser from `Args` and parse ``argv``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        help_text = f.metadata["help"]
-        if f.type == "bool":
-            parser.add_argument(flag, action="store_true", help=help_text)
-        elif f.type == "list[str]":
-            parser.add_argument(flag, nargs="+" if default else "*", default=default, help=help_text)
-        else:
-            parser.add_argument(flag, type={"int": int, "float": float, "str": str}[f.type], default=default,
-                                help=help_text)
-    return Args(**vars(parser.parse_args(argv)))
+    """Parse ``argv`` into `Args`."""
+    return Args(**vars(parser_for(Args, description=__doc__.splitlines()[0]).parse_args(argv)))
 
 
 def resolve(args: Args) -> Args:
@@ -117,7 +96,9 @@ def resolve(args: Args) -> Args:
         if not args.clip_mode:
             args.clip_mode = "replace" if args.clip == "vlm-rl" else "add"
         if not args.clip_pretrained and args.clip == "vlm-rl":
-            args.clip_pretrained = "laion2b_s39b_b160k"
+            from carla_gym.reward.encoder import FAITHFUL_MODEL  # no torch import: open_clip loads lazily
+
+            args.clip_pretrained = FAITHFUL_MODEL[1]
     try:
         args.scenario = list(resolve_scenarios(args.scenario))
     except ValueError as exc:
@@ -125,8 +106,8 @@ def resolve(args: Args) -> Args:
     return args
 
 
-def check_args(args: Args, resuming: bool = False) -> None:
-    """Exit with a message naming the bad flag before anything is written."""
+def check_args(args: Args, resuming: bool = False) -> dict:
+    """Exit with a message naming the bad flag before anything is written; returns the ``--hp`` overrides."""
     import gymnasium as gym
 
     import carla_gym  # noqa: F401
@@ -182,6 +163,7 @@ def check_args(args: Args, resuming: bool = False) -> None:
         if not (out / "config.json").is_file():
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_sb3.py run directory "
                      "(no config.json); choose another --output-dir")
+    return hyper
 
 
 def overrides(args: Args) -> dict:
@@ -225,12 +207,13 @@ def env_kwargs(args: Args, url: str | None = None) -> dict:
 
 def clip_model(args: Args):
     """The CLIP reward model and shaping options for ``--clip``."""
-    from carla_gym.reward import CLIPRewardModel, OpenClipEncoder
+    from carla_gym.reward import DEFAULT_MODEL, FAITHFUL_MODEL, CLIPRewardModel, OpenClipEncoder
 
     if args.clip == "vlm-rl":
-        encoder = OpenClipEncoder("ViT-bigG-14", args.clip_pretrained, device=args.clip_device, preprocess="vlm_rl")
+        encoder = OpenClipEncoder(FAITHFUL_MODEL[0], args.clip_pretrained, device=args.clip_device,
+                                  preprocess="vlm_rl")
         return CLIPRewardModel(encoder, head="clg", prompts="vlm_rl"), True
-    encoder = OpenClipEncoder("ViT-B-32", args.clip_pretrained or None, device=args.clip_device)
+    encoder = OpenClipEncoder(DEFAULT_MODEL, args.clip_pretrained or None, device=args.clip_device)
     if not args.clip_pretrained:
         print("note: --clip vit-b-32 without --clip-pretrained uses random weights: the CLIP reward carries no "
               "signal (a smoke test of the pipeline)", flush=True)
@@ -259,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
             sys.exit(f"--resume {run}: this run is complete (eval.json exists); start a new run to train more")
     else:
         args = resolve(args)
-    check_args(args, resuming)
+    hp_overrides = check_args(args, resuming)
     out = Path(args.output_dir)
 
     # --- imports that need the [sb3] extra ---
@@ -287,7 +270,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     algo_cls = PPO if args.algo == "ppo" else SAC
-    hyper = {**hyperparameters(args.preset, args.algo), **overrides(args)}
+    hyper = {**hyperparameters(args.preset, args.algo), **hp_overrides}
 
     # --- env setup ---
     vec_cls = DummyVecEnv if args.vec_env == "dummy" else SubprocVecEnv
@@ -430,13 +413,10 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {"algo": args.algo, "train_seconds": round(train_seconds, 1),
                "total_timesteps": int(model.num_timesteps), **result}
     write_json_atomic(out / "eval.json", summary)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["scenario", "success_rate", "mean_reward", "oracle_mean_reward", "mean_actual_hits"])
-    for name, row in result["per_scenario"].items():
-        writer.writerow([name, row["success_rate"], row["mean_reward"], row["oracle_mean_reward"],
-                         row["mean_actual_hits"]])
-    write_text_atomic(out / "eval.csv", buffer.getvalue())
+    write_csv_atomic(out / "eval.csv", ["scenario", "success_rate", "mean_reward", "oracle_mean_reward",
+                                        "mean_actual_hits"],
+                     ([name, row["success_rate"], row["mean_reward"], row["oracle_mean_reward"],
+                       row["mean_actual_hits"]] for name, row in result["per_scenario"].items()))
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
     plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {where}")
     shutil.rmtree(out.with_name(out.name + ".replaced"), ignore_errors=True)  # the new run is complete
@@ -456,10 +436,9 @@ def drop_rows_after(csv_path: Path, timesteps: int) -> None:
         return
     with open(csv_path, newline="") as f:
         rows = list(csv.reader(f))
-    kept = rows[:1] + [r for r in rows[1:] if len(r) == len(rows[0]) and r[0].isdigit() and int(r[0]) <= timesteps]
-    buffer = io.StringIO()
-    csv.writer(buffer).writerows(kept)
-    write_text_atomic(csv_path, buffer.getvalue())
+    header = rows[0]
+    write_csv_atomic(csv_path, header, (r for r in rows[1:] if len(r) == len(header) and r[0].isdigit()
+                                        and int(r[0]) <= timesteps))
 
 
 def plot_learning_curve(csv_path: Path, png_path: Path, title: str) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
@@ -18,6 +21,15 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 def write_json_atomic(path: str | os.PathLike, data) -> None:
     """Write ``data`` as indented JSON, atomically."""
     write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def write_csv_atomic(path: str | os.PathLike, header: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """Write a CSV file (a header line, then one line per row), atomically."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_text_atomic(path, buffer.getvalue())
 
 
 def report_results(results: dict[str, float], json_path: str | os.PathLike | None = None) -> None:

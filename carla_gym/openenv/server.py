@@ -8,6 +8,7 @@ with one isolated simulator per WebSocket session and up to ``max_sessions`` ses
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 
 from carla_gym.sim.scenarios import resolve_scenario
@@ -93,8 +94,6 @@ def main(argv: list[str] | None = None) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
 
     async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
-        import asyncio
-
         while not server.started:
             await asyncio.sleep(0.05)
         for sock in (s for srv in server.servers for s in srv.sockets):
@@ -103,13 +102,9 @@ def main(argv: list[str] | None = None) -> None:
                   "sessions); Ctrl-C stops", flush=True)
 
     async def run() -> None:
-        import asyncio
-
         task = asyncio.create_task(announce())
         await server.serve()
         task.cancel()
-
-    import asyncio
 
     try:
         asyncio.run(run())

@@ -20,17 +20,15 @@ Writes ``report.json`` (summary) and ``frames.csv`` (one row per frame) into ``-
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
-import io
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from carla_gym.io import write_json_atomic, write_text_atomic
+from carla_gym.cli_args import arg, parser_for
+from carla_gym.io import write_csv_atomic, write_json_atomic
 
 POLICIES = ("observe", "emergency_stop", "lane_change_left", "lane_change_right")
 """Fixed policies by their first tool (`carla_gym.envs.spaces.TOOL_ACTIONS`)."""
@@ -41,38 +39,24 @@ DEFAULT_SCENARIOS = ["trolley_micro_escape_exists", "trolley_micro_classic_3v1",
 class Args:
     """Calibration options (each is a ``--flag``)."""
 
-    out: str = field(default="calibration", metadata={"help": "output folder"})
-    model: str = field(default="ViT-B-32", metadata={"help": "open_clip model name"})
-    pretrained: str | None = field(default=None, metadata={"help": "pretrained tag or checkpoint path; "
-                                                           "omitted: random weights (no signal)"})
-    cache_dir: str | None = field(default=None, metadata={"help": "open_clip weight cache (for pretrained tags)"})
-    prompts: str = field(default="trolley", metadata={"help": "prompt preset: trolley or vlm_rl"})
-    preprocess: str = field(default="openclip", metadata={"help": "openclip or vlm_rl"})
-    device: str = field(default="cpu", metadata={"help": "torch device"})
-    batch_size: int = field(default=64, metadata={"help": "frames per forward pass"})
-    frame_size: int = field(default=224, metadata={"help": "reward camera size [px]"})
-    scenarios: list[str] = field(default_factory=lambda: list(DEFAULT_SCENARIOS), metadata={"help": "scenarios"})
-    policies: list[str] = field(default_factory=lambda: list(POLICIES), metadata={"help": "first tools"})
-    speeds: list[float] = field(default_factory=lambda: [40.0, 50.0, 60.0, 70.0],
-                                metadata={"help": "initial speeds [km/h], one episode each"})
-    ticks_per_action: int = field(default=5, metadata={"help": "ticks per decision (a frame per decision)"})
+    out: str = arg("calibration", "output folder")
+    model: str = arg("ViT-B-32", "open_clip model name")
+    pretrained: str | None = arg(None, "pretrained tag or checkpoint path; omitted: random weights (no signal)")
+    cache_dir: str | None = arg(None, "open_clip weight cache (for pretrained tags)")
+    prompts: str = arg("trolley", "prompt preset: trolley or vlm_rl")
+    preprocess: str = arg("openclip", "openclip or vlm_rl")
+    device: str = arg("cpu", "torch device")
+    batch_size: int = arg(64, "frames per forward pass")
+    frame_size: int = arg(224, "reward camera size [px]")
+    scenarios: list[str] = arg(DEFAULT_SCENARIOS, "scenarios")
+    policies: list[str] = arg(list(POLICIES), "first tools")
+    speeds: list[float] = arg([40.0, 50.0, 60.0, 70.0], "initial speeds [km/h], one episode each")
+    ticks_per_action: int = arg(5, "ticks per decision (a frame per decision)")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
     """Parse the command line into `Args`."""
-    parser = argparse.ArgumentParser(prog="python -m carla_gym.reward.calibrate",
-                                     description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for f in dataclasses.fields(Args):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        kwargs = {"default": default, "help": f.metadata["help"]}
-        if isinstance(default, list):
-            kwargs["nargs"] = "+"
-            if default and isinstance(default[0], float):
-                kwargs["type"] = float
-        elif isinstance(default, int):
-            kwargs["type"] = int
-        parser.add_argument("--" + f.name.replace("_", "-"), **kwargs)
+    parser = parser_for(Args, prog="python -m carla_gym.reward.calibrate", description=__doc__.splitlines()[0])
     args = Args(**vars(parser.parse_args(argv)))
     bad = [p for p in args.policies if p not in POLICIES]
     if bad:
@@ -187,12 +171,9 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     pos, neg = scores.similarities["pos"], scores.similarities["neg"]
     z = neg - pos
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[*records[0], "sim_pos", "sim_neg", "z"])
-    writer.writeheader()
-    for rec, p, n, zi in zip(records, pos, neg, z, strict=True):
-        writer.writerow({**rec, "sim_pos": f"{p:.6f}", "sim_neg": f"{n:.6f}", "z": f"{zi:.6f}"})
-    write_text_atomic(out / "frames.csv", buffer.getvalue())
+    write_csv_atomic(out / "frames.csv", [*records[0], "sim_pos", "sim_neg", "z"],
+                     ([*rec.values(), f"{p:.6f}", f"{n:.6f}", f"{zi:.6f}"]
+                      for rec, p, n, zi in zip(records, pos, neg, z, strict=True)))
     result = {"config": dataclasses.asdict(args), "random_weights": args.pretrained is None,
               **report(z, [r["label"] for r in records])}
     write_json_atomic(out / "report.json", result)

@@ -23,15 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from carla_gym.io import write_text_atomic
 
 
 def _dummy(venv: VecEnv) -> DummyVecEnv | None:
-    while isinstance(venv, VecEnvWrapper):
-        venv = venv.venv
-    return venv if isinstance(venv, DummyVecEnv) else None
+    base = venv.unwrapped  # below every VecEnvWrapper
+    return base if isinstance(base, DummyVecEnv) else None
 
 
 def save_checkpoint(model, folder: Path, extra: dict | None = None) -> Path:
