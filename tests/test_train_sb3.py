@@ -205,8 +205,3 @@ def test_resume_and_overwrite_errors(tmp_path):
 def test_help_explains_flags():
     proc = run_script("--help")
     assert proc.returncode == 0 and "MultiInputPolicy (image" in proc.stdout and "--resume" in proc.stdout
-
-
-def test_train_grpo_says_it_comes_later_and_fails():
-    proc = subprocess.run([sys.executable, str(REPO / "train_grpo.py")], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "later" in proc.stderr

@@ -1,0 +1,120 @@
+"""Pieces of ``train_grpo.py`` that are not the script's flow: model loading, LoRA, the trainer fix.
+
+- `load_model`: a hub id or local directory (text: causal LM + tokenizer; VLM: image-text-to-text
+  model + processor), or a tiny random model (`carla_gym.llm.tiny`).
+- `lora_config`: PEFT LoRA on the language model only. PEFT's ``exclude_modules`` as a *list*
+  matches only exact module names (``"visual"`` leaves ``model.visual.blocks.*`` adapted), so the
+  vision tower is excluded with a regex (spec/trl_environment_factory.md section 5.1).
+- `CarlaGRPOTrainer`: GRPOTrainer whose completion log survives list-valued tool results (VLM
+  image tools). TRL 1.16's ``log_completions`` writes a parquet table whose columns mix string and
+  list message contents and fails with ``ArrowInvalid: cannot mix list and non-list`` (spec 6, L1);
+  this trainer turns every logged message content into text (``<image>`` for an image) first.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from carla_gym.llm.tiny import TINY_MODELS, tiny_model
+
+VISION_MODULES = r".*(visual|vision_tower|vision_model|multi_modal_projector|embed_vision).*"
+"""Regex of vision-side module names: Qwen2.5/3-VL ``model.visual``, Gemma ``vision_tower``/``embed_vision``."""
+
+
+def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
+    """The policy and its processing class.
+
+    Args:
+        name: Hub id (e.g. ``"Qwen/Qwen3-0.6B"``), a local directory saved with
+            ``save_pretrained``, or ``"tiny-random"`` / ``"tiny-random-vl"``.
+        vision: Load an image-text-to-text model and its processor instead of a causal LM.
+        dtype: ``"float32"`` or ``"bfloat16"`` weights.
+        seed: Seed of the tiny models' random weights.
+
+    Returns:
+        ``(model, processing_class)``.
+
+    Raises:
+        ValueError: A tiny model of the wrong kind for ``vision``.
+        OSError: The model cannot be found or downloaded (the message says what to try).
+    """
+    if name in TINY_MODELS:
+        if (name == "tiny-random-vl") != vision:
+            raise ValueError(f"model={name!r} does not match vision={vision}: use tiny-random for text and "
+                             "tiny-random-vl with --vision")
+        return tiny_model(name, seed)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():
+        raise OSError(f"model {name!r}: no such local directory. Pass a directory written by save_pretrained, a hub "
+                      "id such as Qwen/Qwen3-0.6B, or --model tiny-random for an offline smoke run.")
+    try:
+        if vision:
+            processing_class = AutoProcessor.from_pretrained(name)
+            model = AutoModelForImageTextToText.from_pretrained(name, dtype=getattr(torch, dtype))
+        else:
+            processing_class = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype))
+    except OSError as exc:
+        where = "local directory" if Path(name).exists() else "hub id"
+        raise OSError(f"could not load model {name!r} ({where}): {exc}\nPass a local directory written by "
+                      "save_pretrained, or a hub id on a machine with internet access (not with HF_HUB_OFFLINE=1). "
+                      "For an offline smoke run use --model tiny-random (or tiny-random-vl with --vision).") from None
+    return model, processing_class
+
+
+def lora_config(r: int, lora_alpha: int, exclude_modules: str = VISION_MODULES):
+    """A PEFT LoRA config on every linear layer of the language model.
+
+    Args:
+        r: LoRA rank.
+        lora_alpha: LoRA scaling numerator.
+        exclude_modules: Regex of module names left without adapters (default: vision modules).
+
+    Returns:
+        ``peft.LoraConfig(task_type="CAUSAL_LM", target_modules="all-linear", ...)``.
+    """
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=lora_alpha, target_modules="all-linear", exclude_modules=exclude_modules,
+                      task_type="CAUSAL_LM")
+
+
+def as_text(conversation):
+    """A copy of a logged conversation with every message content as a string (images -> ``<image>``)."""
+    if not isinstance(conversation, list):
+        return conversation
+    out = []
+    for message in conversation:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join("<image>" if b.get("type") == "image" else str(b.get("text", "")) for b in content)
+        out.append({**message, "content": content})
+    return out
+
+
+@functools.cache
+def _trainer_class():
+    from trl import GRPOTrainer
+
+    class CarlaGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer with text-only completion logs (see the module docstring, bug L1)."""
+
+        def log(self, logs: dict, start_time: float | None = None) -> None:
+            if self.log_completions:
+                for key in ("prompt", "completion"):
+                    logged = self._logs[key]
+                    converted = [as_text(c) for c in logged]
+                    logged.clear()
+                    logged.extend(converted)
+            super().log(logs, start_time)
+
+    return CarlaGRPOTrainer
+
+
+def __getattr__(name: str):
+    if name == "CarlaGRPOTrainer":  # imported lazily: trl takes seconds to import
+        return _trainer_class()
+    raise AttributeError(name)

@@ -1,0 +1,237 @@
+"""Play CarlaToolEnv episodes with a chat model outside the trainer (evaluation, the comparison harness).
+
+The loop follows TRL's GRPO tool loop (spec/trl_environment_factory.md section 1.9): the prompt
+is `carla_gym.llm.prompts.user_prompt` with the reset text appended; each assistant turn is
+parsed for tool calls (TRL's ``parse_response``, the same parser as training); every call runs
+on the env and its result is sent back as a ``tool`` message; the loop ends on a turn without a
+tool call or after ``max_tool_calling_iterations`` turns that ran tools. Tool exceptions and
+unknown tools become ``{'error': ...}`` tool messages, as in TRL, and are counted; a turn whose
+text holds a tool-call marker that did not parse is counted as a parse failure. The episode is
+then played out and scored by `CarlaToolEnv` like in training.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from carla_gym.llm.prompts import user_prompt
+from carla_gym.llm.tools import CarlaToolEnv, tool_methods
+
+TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
+"""Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
+
+
+class ChatPolicy(Protocol):
+    """Anything that answers a conversation with one assistant message.
+
+    ``__call__(messages, tools)`` returns ``{"role": "assistant", "content": str, "tool_calls":
+    [{"type": "function", "function": {"name": str, "arguments": dict}}, ...]}`` (``tool_calls``
+    optional) and may set ``"parse_failed": True`` when the model's tool-call text did not parse.
+    """
+
+    def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
+        """The next assistant message for ``messages``, with ``tools`` offered."""
+
+
+def append_observation(prompt: list[dict], observation: str | list | None) -> list[dict]:
+    """Join a reset observation to the last prompt message as TRL does (no separator added).
+
+    Returns:
+        A new message list; ``prompt`` is not modified.
+    """
+    if observation is None:
+        return list(prompt)
+    content = prompt[-1]["content"]
+    if isinstance(observation, list) and isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if isinstance(observation, str) and isinstance(content, list):
+        observation = [{"type": "text", "text": observation}]
+    return [*prompt[:-1], {**prompt[-1], "content": content + observation}]
+
+
+class TransformersChat:
+    """Greedy (or sampled) chat turns from a local transformers model, parsed as TRL parses them.
+
+    Args:
+        model: A causal LM or image-text-to-text model (PEFT models work).
+        processing_class: Its tokenizer, or its processor for VLMs; needs a tool-capable chat
+            template TRL recognises (or a ``response_template``).
+        max_new_tokens: Token budget of one turn.
+        do_sample: Sample instead of greedy decoding (with ``temperature``).
+        temperature: Sampling temperature.
+        chat_template_kwargs: Passed to ``apply_chat_template`` (default disables Qwen3 thinking).
+
+    Raises:
+        ValueError: The chat template cannot call tools (from TRL).
+    """
+
+    def __init__(self, model, processing_class, max_new_tokens: int = 256, do_sample: bool = False,
+                 temperature: float = 1.0, chat_template_kwargs: dict | None = None) -> None:
+        from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+        if not supports_tool_calling(processing_class):
+            raise ValueError("the model's chat template cannot render tool calls; use a tool-capable model such as "
+                             "Qwen3 or Qwen3-VL")
+        self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        if getattr(self.tokenizer, "response_template", None) is None and \
+                getattr(self.tokenizer, "response_schema", None) is None:
+            processing_class = add_response_schema(processing_class)
+            self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        self.model, self.processing_class = model, processing_class
+        self.max_new_tokens, self.do_sample, self.temperature = max_new_tokens, do_sample, temperature
+        self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
+
+    def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
+        """One assistant turn for ``messages`` with ``tools`` in the system prompt."""
+        import torch
+        from trl.chat_template_utils import parse_response
+
+        inputs = self.processing_class.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
+            **self.chat_template_kwargs)
+        inputs = {k: v.to(self.model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        kwargs = {"do_sample": self.do_sample, "max_new_tokens": self.max_new_tokens,
+                  "pad_token_id": self.tokenizer.pad_token_id}
+        if self.do_sample:
+            kwargs["temperature"] = self.temperature
+        with torch.no_grad():
+            out = self.model.generate(**inputs, **kwargs)
+        prompt_ids = inputs["input_ids"][0].tolist()
+        ids = out[0, len(prompt_ids):].tolist()
+        while ids and ids[-1] == self.tokenizer.pad_token_id:
+            ids.pop()
+        reply = parse_response(self.tokenizer, ids, prefix=prompt_ids, tools=tools)
+        raw = self.tokenizer.decode(ids, skip_special_tokens=False)
+        if not reply.get("tool_calls") and any(m in raw for m in TOOL_CALL_MARKERS):
+            reply["parse_failed"] = True
+        return reply
+
+
+def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
+                 max_tool_calling_iterations: int = 10) -> dict[str, Any]:
+    """Play one episode of ``scenario`` with ``seed``: reset, chat/tool turns, play out, score.
+
+    Args:
+        chat: The policy (e.g. `TransformersChat`).
+        env: The tool environment (its vision setting decides text or image+text results).
+        scenario: Scenario name.
+        seed: Episode seed.
+        max_tool_calling_iterations: Turns whose tool calls are run (TRL's setting of that name).
+
+    Returns:
+        A record: scenario, seed, reward, success, trolley_action, ethical_choice,
+        expected/actual pedestrians hit, road_departure, tool_calls (names), tool_failures,
+        parse_failures, turns, wall_time_s and messages (the conversation, images dropped).
+    """
+    start = time.perf_counter()
+    messages = append_observation(user_prompt(), env.reset(scenario=scenario, seed=seed))
+    tools = {t.__name__: t for t in tool_methods(env)}
+    tool_failures = parse_failures = turns = 0
+    for iteration in range(max_tool_calling_iterations + 1):
+        reply = chat(messages, list(tools.values()))
+        turns += 1
+        parse_failures += bool(reply.pop("parse_failed", False))
+        messages.append(reply)
+        calls = reply.get("tool_calls") or []
+        if not calls or iteration == max_tool_calling_iterations:
+            break
+        for call in calls:
+            name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
+            try:
+                result = tools[name](**arguments) if name in tools else {"error": f"Tool {name} not found."}
+            except Exception as exc:  # noqa: BLE001 - any tool error goes back to the model, as in TRL
+                result = {"error": str(exc)}
+            if isinstance(result, dict):
+                tool_failures += 1
+                result = str(result)
+            messages.append({"role": "tool", "name": name, "content": result})
+    reward = env._finish()
+    outcome = env.info.get("outcome", {})
+    return {
+        "scenario": scenario, "seed": seed, "reward": reward, "success": bool(outcome.get("success", False)),
+        "trolley_action": outcome.get("trolley_action"), "ethical_choice": outcome.get("ethical_choice"),
+        "expected_pedestrians_hit": outcome.get("expected_pedestrians_hit"),
+        "actual_pedestrians_hit": outcome.get("actual_pedestrians_hit"),
+        "road_departure": outcome.get("road_departure"), "tool_calls": list(env.calls),
+        "tool_failures": tool_failures, "parse_failures": parse_failures, "turns": turns,
+        "wall_time_s": time.perf_counter() - start, "messages": _strip_images(messages),
+    }
+
+
+def _strip_images(messages: list[dict]) -> list[dict]:
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            m = {**m, "content": [{"type": "image"} if b.get("type") == "image" else b for b in content]}
+        out.append(m)
+    return out
+
+
+def evaluate_chat(chat: ChatPolicy, env: CarlaToolEnv, scenarios: Sequence[str], seeds: Sequence[int],
+                  max_tool_calling_iterations: int = 10,
+                  on_episode: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Play every scenario with every seed (scenario-major order) and return the records.
+
+    Args:
+        chat: The policy.
+        env: The tool environment, reused for every episode.
+        scenarios: Scenario names.
+        seeds: Episode seeds (the same for each scenario).
+        max_tool_calling_iterations: See `play_episode`.
+        on_episode: Called with each record as soon as it is finished (e.g. to write it out).
+    """
+    records = []
+    for scenario in scenarios:
+        for seed in seeds:
+            record = play_episode(chat, env, scenario, seed, max_tool_calling_iterations)
+            if on_episode is not None:
+                on_episode(record)
+            records.append(record)
+    return records
+
+
+def summarize(records: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """Per-scenario means of `play_episode` records.
+
+    Returns:
+        ``{scenario: {"episodes", "success_rate", "mean_reward", "pedestrians_hit",
+        "tool_calls", "tool_failures", "parse_failures", "actions"}}`` plus an ``"all"`` row
+        (means over all episodes); ``actions`` counts the trolley action classes.
+    """
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(r["scenario"], []).append(r)
+    if records:
+        groups["all"] = list(records)
+    out = {}
+    for name, rows in groups.items():
+        n = len(rows)
+        actions: dict[str, int] = {}
+        for r in rows:
+            actions[r["trolley_action"]] = actions.get(r["trolley_action"], 0) + 1
+        out[name] = {
+            "episodes": n,
+            "success_rate": sum(r["success"] for r in rows) / n,
+            "mean_reward": sum(r["reward"] for r in rows) / n,
+            "pedestrians_hit": sum(r["actual_pedestrians_hit"] or 0 for r in rows) / n,
+            "tool_calls": sum(len(r["tool_calls"]) for r in rows) / n,
+            "tool_failures": sum(r["tool_failures"] for r in rows),
+            "parse_failures": sum(r["parse_failures"] for r in rows),
+            "actions": dict(sorted(actions.items())),
+        }
+    return out
+
+
+def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
+    """`summarize` output as a Markdown table (one row per scenario, ``all`` last)."""
+    lines = ["| scenario | episodes | success | mean reward | pedestrians hit | tool calls/ep | tool failures | "
+             "parse failures | actions |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summary.items():
+        actions = ", ".join(f"{k} {v}" for k, v in s["actions"].items())
+        lines.append(f"| {name} | {s['episodes']} | {s['success_rate']:.0%} | {s['mean_reward']:.2f} | "
+                     f"{s['pedestrians_hit']:.2f} | {s['tool_calls']:.1f} | {s['tool_failures']} | "
+                     f"{s['parse_failures']} | {actions} |")
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""Tiny random Qwen3 / Qwen3-VL models built in code, for offline tests, benchmarks and smoke runs.
+
+Nothing is downloaded: a byte-level BPE tokenizer is trained in memory on this project's own
+prompts, tool names and tool-call JSON, and given TRL's bundled Qwen3 (or Qwen3-VL) chat
+template, so TRL recognises it and parses ``<tool_call>`` JSON exactly as for the real models.
+The weights are random (seeded): these models only exercise the plumbing, they learn nothing
+useful. Recipe: ../shared/spec/trl_environment_factory.md section 4.
+
+``train_grpo.py --model tiny-random`` (or ``tiny-random-vl``) uses them.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+
+TINY_TEXT = "tiny-random"
+TINY_VL = "tiny-random-vl"
+TINY_MODELS = (TINY_TEXT, TINY_VL)
+
+_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
+            "<tool_response>", "</tool_response>"]
+_VISION_SPECIAL = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def _corpus() -> list[str]:
+    """Text the tokenizer is trained on: prompts, descriptions, tool calls and chat markup."""
+    from carla_gym.llm.prompts import INSTRUCTION
+    from carla_gym.sim.describe import TOOLS_TEXT, scene_prompt
+    from carla_gym.sim.scenarios import resolve_scenario
+    from carla_gym.suites import SUITES
+
+    names = sorted({n for suite in SUITES.values() for n in suite})
+    texts = [INSTRUCTION, TOOLS_TEXT] + [scene_prompt(resolve_scenario(n)) for n in names]
+    calls = [{"name": "observe", "arguments": {}}, {"name": "emergency_stop", "arguments": {}},
+             {"name": "lane_change", "arguments": {"direction": "left"}},
+             {"name": "lane_change", "arguments": {"direction": "right"}}]
+    texts += [f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls]
+    texts += [f"Speed: {v:.1f} km/h.\n- walker at {d:.1f}m" for v in range(0, 76, 5) for d in range(0, 30, 3)]
+    texts += ['{"type": "function", "function": {"name": "lane_change", "description": "Change lane", '
+              '"parameters": {"type": "object", "properties": {"direction": {"type": "string", '
+              '"enum": ["left", "right"]}}, "required": ["direction"]}}}',
+              "# Tools\n\nYou may call one or more functions to assist with the user query.",
+              "The episode is over. COLLISION detected with walker.pedestrian.0001!"]
+    return texts * 3
+
+
+def tiny_tokenizer(vision: bool = False):
+    """A byte-level BPE tokenizer (vocabulary 1024) with TRL's Qwen3 or Qwen3-VL chat template.
+
+    Args:
+        vision: Add the Qwen-VL vision tokens and use TRL's ``qwen3_vl.jinja`` template.
+
+    Returns:
+        A transformers fast tokenizer; eos ``<|im_end|>``, pad ``<|endoftext|>``, left padding.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    special = _SPECIAL + (_VISION_SPECIAL if vision else [])
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1024, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(_corpus(), trainer=trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  padding_side="left")
+    template = "qwen3_vl.jinja" if vision else "qwen3.jinja"
+    tok.chat_template = (importlib.resources.files("trl") / "chat_templates" / template).read_text(encoding="utf-8")
+    return tok
+
+
+def tiny_text_model(seed: int = 0):
+    """A 2-layer Qwen3 causal LM (hidden size 32) with random weights, and its tokenizer.
+
+    Args:
+        seed: Seed of the weight initialisation.
+
+    Returns:
+        ``(model, tokenizer)``.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(seed)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=8192,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return model, tok
+
+
+def tiny_vl_model(seed: int = 0):
+    """A 2-layer Qwen3-VL model (vision depth 2, patch 16) with random weights, and its processor.
+
+    Images are resized to at most 64x64 pixels (4 image tokens each) by the processor.
+
+    Args:
+        seed: Seed of the weight initialisation.
+
+    Returns:
+        ``(model, processor)``.
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2VLImageProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    tok = tiny_tokenizer(vision=True)
+    image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
+                                            max_pixels=64 * 64, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    processor = Qwen3VLProcessor(image_processor=image_processor, tokenizer=tok,
+                                 video_processor=Qwen3VLVideoProcessor(), chat_template=tok.chat_template)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in _VISION_SPECIAL}
+    torch.manual_seed(seed)
+    config = Qwen3VLConfig(
+        text_config={"vocab_size": len(tok), "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                     "max_position_embeddings": 8192, "eos_token_id": tok.eos_token_id,
+                     "pad_token_id": tok.pad_token_id,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [4, 2, 2],
+                                         "mrope_interleaved": True}},
+        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4, "out_hidden_size": 32,
+                       "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                       "deepstack_visual_indexes": [1], "num_position_embeddings": 64},
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True)
+    model = Qwen3VLForConditionalGeneration(config)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return model, processor
+
+
+def tiny_model(name: str, seed: int = 0):
+    """``(model, processing_class)`` for ``"tiny-random"`` (text) or ``"tiny-random-vl"`` (VLM).
+
+    Raises:
+        ValueError: Any other name.
+    """
+    if name == TINY_TEXT:
+        return tiny_text_model(seed)
+    if name == TINY_VL:
+        return tiny_vl_model(seed)
+    raise ValueError(f"model={name!r} is not a tiny model; choose one of {list(TINY_MODELS)}")

@@ -1,0 +1,383 @@
+"""GRPO with TRL's environment_factory, offline: tiny Qwen3 / Qwen3-VL built in code, scripted tool calls."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+torch = pytest.importorskip("torch")  # the [test] extra installs it; a missing one is an install error
+from datasets import Dataset  # noqa: E402
+from transformers.utils import get_json_schema  # noqa: E402
+from trl import GRPOConfig  # noqa: E402
+
+import train_grpo  # noqa: E402
+from carla_gym.llm.grpo import VISION_MODULES, CarlaGRPOTrainer, as_text, load_model, lora_config  # noqa: E402
+from carla_gym.llm.prompts import INSTRUCTION, episode_rows  # noqa: E402
+from carla_gym.llm.rollout import TransformersChat, append_observation, play_episode, summarize  # noqa: E402
+from carla_gym.llm.tiny import tiny_text_model, tiny_vl_model  # noqa: E402
+from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv, ToolEnvFactory, rubric_reward, tool_methods  # noqa: E402
+from carla_gym.sim.describe import scene_prompt  # noqa: E402
+from carla_gym.sim.scenarios import resolve_scenario  # noqa: E402
+from carla_gym.suites import SUITES  # noqa: E402
+
+LEFT = '<tool_call>\n{"name": "lane_change", "arguments": {"direction": "left"}}\n</tool_call><|im_end|>'
+OBSERVE = '<tool_call>\n{"name": "observe", "arguments": {}}\n</tool_call><|im_end|>'
+DONE = "Done.<|im_end|>"
+FIRST_ACTION = {"observe": 0, "emergency_stop": 1, "left": 2, "right": 3}
+
+
+# -- the tool adapter -----------------------------------------------------------------------------
+def test_adapter_exposes_exactly_the_three_tools_with_valid_schemas():
+    env = CarlaToolEnv()
+    tools = tool_methods(env)
+    assert [t.__name__ for t in tools] == ["emergency_stop", "lane_change", "observe"]
+    schemas = {t.__name__: get_json_schema(t)["function"] for t in tools}  # what TRL renders into the prompt
+    assert schemas["lane_change"]["parameters"] == {
+        "type": "object", "required": ["direction"],
+        "properties": {"direction": {"type": "string", "enum": ["left", "right"],
+                                     "description": 'Side to move to: "left" or "right".'}}}
+    assert schemas["observe"]["parameters"] == {"type": "object", "properties": {}}
+    assert all(s["description"] for s in schemas.values())
+    assert not isinstance(env, gym.Env)  # composition: no step/render/close tools leak
+
+
+def test_reset_reads_the_row_and_same_seed_gives_the_same_start():
+    env = CarlaToolEnv()
+    text = env.reset(prompt=[{"role": "user", "content": INSTRUCTION}], scenario="trolley_micro_classic_3v1", seed=3)
+    spec = resolve_scenario("trolley_micro_classic_3v1")
+    assert text == f"\n\n{scene_prompt(spec)}\nNow:\n{env.info['description']}"
+    assert env.scenario == "trolley_micro_classic_3v1" and env.reward == 0.0 and not env.done and env.calls == []
+    assert env.reset(scenario="trolley_micro_classic_3v1", seed=3) == text
+    assert env.reset(seed=1).startswith("\n\n") and env.scenario == "trolley_micro_escape_exists"
+
+
+def test_tools_step_the_env_score_the_episode_and_refuse_after_the_end():
+    env = CarlaToolEnv()
+    env.reset(scenario="trolley_micro_escape_exists", seed=0)
+    with pytest.raises(ValueError, match="direction='up' is not valid; use 'left' or 'right'"):
+        env.lane_change("up")
+    assert env.info["tick"] == 0  # the bad call did not step
+    text = env.lane_change("left")
+    assert env.info["tick"] == 10 and text == env.info["description"] and text.startswith("Speed: 40.0 km/h.")
+    while not env.done:
+        text = env.observe()
+    assert text.endswith(EPISODE_OVER) and env.reward == 1.0
+    assert env.info["outcome"]["trolley_action"] == "SWERVE_LEFT"
+    tick = env.info["tick"]
+    assert env.emergency_stop() == EPISODE_OVER and env.info["tick"] == tick
+    assert env.calls[:2] == ["lane_change", "lane_change"] and env.calls[-1] == "emergency_stop"
+
+
+@pytest.mark.parametrize("scenario", [*SUITES["micro"], *SUITES["action_bias"]])
+def test_tool_episode_returns_equal_the_gym_env_returns(scenario):
+    """First tool, then played out: the adapter's reward is the Gymnasium episode return, for every tool."""
+    for tool, action in FIRST_ACTION.items():
+        env = CarlaToolEnv()
+        env.reset(scenario=scenario, seed=5)
+        if tool in ("left", "right"):
+            env.lane_change(tool)
+        else:
+            getattr(env, tool)()
+        reward = env._finish()
+        gym_env = gym.make("CarlaTrolley-v0", scenario=scenario, observation_mode="state")
+        gym_env.reset(seed=5)
+        total, done, a = 0.0, False, action
+        while not done:
+            _, r, done, _, info = gym_env.step(a)
+            total, a = total + r, 0
+        assert reward == total and env.info["outcome"] == info["outcome"], (scenario, tool)
+
+
+def test_play_out_scores_unfinished_episodes_and_no_play_out_scores_as_upstream():
+    env = CarlaToolEnv()
+    env.reset(scenario="trolley_micro_escape_exists", seed=0)
+    env.lane_change("left")
+    assert not env.done and env._finish() == 1.0 and env.done  # the swerve plays out: nobody hit
+    upstream = CarlaToolEnv(play_out=False)
+    upstream.reset(scenario="trolley_micro_escape_exists", seed=0)
+    upstream.lane_change("left")
+    assert upstream._finish() == 0.0 and not upstream.done  # TRL's CARLA example: no reward before the end
+
+
+def test_vision_tools_return_an_image_and_the_text():
+    env = CarlaToolEnv(vision=True, image_size=64)
+    first = env.reset(scenario="trolley_saves", seed=0)
+    assert [b["type"] for b in first] == ["image", "text"] and first[1]["text"].startswith("\n\n")
+    assert first[0]["image"].size == (64, 36)
+    reply = env.emergency_stop()
+    assert reply[1]["text"] == env.info["description"] + "\n" + EPISODE_OVER
+    assert np.asarray(reply[0]["image"]).std() > 0  # a rendered scene, not a blank frame
+
+
+def test_factory_round_robins_urls_and_closes_what_it_built():
+    factory = ToolEnvFactory(env_urls=["http://127.0.0.1:1", "http://127.0.0.1:2"])  # clients connect on first reset
+    envs = [factory() for _ in range(3)]
+    assert factory.instances == envs
+    assert [e._env.backend.base_url for e in envs] == ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:1"]
+    factory.close()
+    assert factory.instances == []
+    assert ToolEnvFactory()()._env.backend.__class__.__name__ == "EmbeddedBackend"
+    with pytest.raises(ValueError, match=r"image_size=8: must be an integer in \[16, 1024\]"):
+        ToolEnvFactory(vision=True, image_size=8)()
+
+
+def test_episode_rows_share_scenario_and_seed_per_row():
+    rows = episode_rows(["a", "b"], 5, 7)
+    assert rows["scenario"] == ["a", "b", "a", "b", "a"] and rows["seed"] == [7, 8, 9, 10, 11]
+    assert rows["prompt"][0] == [{"role": "user", "content": INSTRUCTION}]
+    with pytest.raises(ValueError, match="size=0"):
+        episode_rows(["a"], 0, 0)
+
+
+# -- GRPOTrainer with scripted generations ----------------------------------------------------------
+def _script(trainer, tokenizer, first_turn):
+    """Replace generate: row j of a first turn emits ``first_turn(j)``; rows after a tool result say Done."""
+    tool_response = tokenizer.convert_tokens_to_ids("<tool_response>")
+
+    def generate(input_ids=None, **kwargs):
+        texts = [DONE if (row == tool_response).any() else first_turn(j) for j, row in enumerate(input_ids)]
+        ids = [tokenizer(t)["input_ids"] for t in texts]
+        width = max(map(len, ids))
+        ids = [i + [tokenizer.pad_token_id] * (width - len(i)) for i in ids]
+        return torch.cat([input_ids, torch.tensor(ids, dtype=input_ids.dtype)], dim=1)
+
+    trainer.model.generate = generate
+
+
+def _trainer(model, processing_class, tmp_path, factory, scenario="trolley_micro_escape_exists", peft=None,
+             **config):
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                    max_completion_length=512, max_steps=2, learning_rate=1e-2, bf16=False, use_cpu=True,
+                    report_to=[], save_strategy="no", logging_steps=1, activation_checkpointing=False,
+                    max_tool_calling_iterations=3, seed=0)
+    settings.update(config)
+    dataset = Dataset.from_dict(episode_rows([scenario], 4, 0))
+    return CarlaGRPOTrainer(model=model, reward_funcs=[rubric_reward], args=GRPOConfig(**settings),
+                            train_dataset=dataset, processing_class=processing_class, environment_factory=factory,
+                            peft_config=peft)
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("first_turn,reward,action", [(LEFT, 1.0, "SWERVE_LEFT"), (OBSERVE, 0.0, "NONE"),
+                                                      (DONE, 0.0, "NONE")])
+def test_scripted_tool_calls_drive_the_env_and_the_reward_reaches_the_trainer(tmp_path, first_turn, reward, action):
+    model, tok = tiny_text_model()
+    factory = ToolEnvFactory()
+    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
+    _script(trainer, tok, lambda j: first_turn)
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "reward" in entry]
+    assert len(logs) == 2
+    for entry in logs:
+        assert entry["rewards/rubric_reward/mean"] == reward and entry[f"trolley_action/{action}"] == 1.0
+        assert entry["tools/call_frequency"] == (0.0 if first_turn == DONE else 1.0)
+        assert entry["tools/failure_frequency"] == 0.0 and entry["episode/success"] == reward
+    assert len(factory.instances) == 4  # one per rollout of the generation batch, reused across steps
+    starts = {e.info["scenario"] for e in factory.instances}
+    assert starts == {"trolley_micro_escape_exists"}
+    factory.close()
+
+
+def test_two_training_steps_change_the_parameters(tmp_path):
+    model, tok = tiny_text_model()
+    factory = ToolEnvFactory()
+    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
+    _script(trainer, tok, lambda j: LEFT if j % 2 == 0 else DONE)  # half the group swerves: advantages != 0
+    before = _snapshot(trainer.model)
+    trainer.train()
+    first = trainer.state.log_history[0]
+    assert first["rewards/rubric_reward/mean"] == 0.5 and first["frac_reward_zero_std"] == 0.0
+    assert first["loss"] != 0.0
+    after = _snapshot(trainer.model)
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert len(changed) == len(before)
+
+
+def test_vlm_sends_images_in_tool_responses_trains_lora_on_the_language_model_only_and_logs(tmp_path):
+    model, processor = tiny_vl_model()
+    factory = ToolEnvFactory(vision=True, image_size=64)
+    trainer = _trainer(model, processor, tmp_path, factory, peft=lora_config(8, 16), log_completions=True,
+                       num_completions_to_print=0, per_device_train_batch_size=2, num_generations=2)
+    trainable = _snapshot(trainer.model)
+    assert trainable and all("lora_" in n for n in trainable)
+    assert not [n for n in trainable if re.fullmatch(VISION_MODULES, n)]  # no adapter in the vision tower
+    assert any(".language_model." in n for n in trainable)
+    seen = []
+    inner = trainer.model.generate
+
+    def generate(input_ids=None, **kwargs):
+        seen.append(int((input_ids == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum()))
+        return inner(input_ids=input_ids, **kwargs)
+
+    _script(trainer, processor.tokenizer, lambda j: LEFT if j % 2 == 0 else DONE)
+    inner, trainer.model.generate = trainer.model.generate, generate
+    trainer.train()
+    image = CarlaToolEnv(vision=True, image_size=64).reset(seed=0)[0]["image"]
+    per_image = int(processor.image_processor(images=[image])["image_grid_thw"].prod()) // 4  # 2x2 merge
+    # per step: turn 1 holds both rollouts' reset images; turn 2 the swerving rollout's reset + tool image
+    assert per_image >= 1 and seen == [2 * per_image] * 4
+    after = _snapshot(trainer.model)
+    assert all(not torch.equal(trainable[n], after[n]) for n in trainable if "lora_B" in n)
+    table = __import__("pandas").read_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    tool_messages = [m for c in table["completion"] for m in c if m["role"] == "tool"]
+    assert tool_messages and all(m["content"].startswith("<image>Speed: ") for m in tool_messages)
+    factory.close()
+
+
+def test_as_text_flattens_image_blocks():
+    conversation = [{"role": "tool", "content": [{"type": "image", "image": object()}, {"type": "text", "text": "x"}]},
+                    {"role": "assistant", "content": "y"}]
+    assert as_text(conversation) == [{"role": "tool", "content": "<image>x"}, {"role": "assistant", "content": "y"}]
+
+
+# -- OpenEnv servers by URL -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server_url():
+    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", "0", "--max-sessions", "16"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    line = proc.stdout.readline() if ready else ""
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        proc.kill()
+        raise RuntimeError(f"server did not announce itself within 60 s: {line!r}")
+    yield match.group(1)
+    proc.terminate()
+    proc.wait(timeout=10)
+    proc.stdout.close()
+
+
+def test_env_urls_train_against_a_real_local_server(tmp_path, server_url):
+    model, tok = tiny_text_model()
+    factory = ToolEnvFactory(env_urls=[server_url])
+    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
+    _script(trainer, tok, lambda j: LEFT if j % 2 == 0 else OBSERVE)
+    trainer.train()
+    assert trainer.state.log_history[0]["rewards/rubric_reward/mean"] == 0.5
+    remote, local = factory.instances[0], CarlaToolEnv()
+    assert remote._env.backend.base_url == server_url
+    for env in (remote, local):
+        env.reset(scenario="trolley_micro_classic_3v1", seed=2)
+    assert remote.lane_change("right") == local.lane_change("right")
+    assert remote._finish() == local._finish() and remote.info["outcome"] == local.info["outcome"]
+    factory.close()
+    local._close()
+
+
+# -- evaluation loop and the script ----------------------------------------------------------------
+class _Scripted:
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def __call__(self, messages, tools):
+        return self.replies.pop(0)
+
+
+def _call(name, **arguments):
+    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                                "function": {"name": name, "arguments": arguments}}]}
+
+
+def test_play_episode_runs_tools_counts_failures_and_scores():
+    chat = _Scripted([_call("lane_change", direction="up"), _call("fly"), _call("lane_change", direction="left"),
+                      {"role": "assistant", "content": "done"}])
+    record = play_episode(chat, CarlaToolEnv(), "trolley_micro_escape_exists", 0, max_tool_calling_iterations=5)
+    assert record["reward"] == 1.0 and record["success"] and record["trolley_action"] == "SWERVE_LEFT"
+    assert record["tool_failures"] == 2 and record["turns"] == 4 and record["tool_calls"] == ["lane_change"] * 2
+    errors = [m["content"] for m in record["messages"] if m["role"] == "tool"][:2]
+    assert errors == ["{'error': \"direction='up' is not valid; use 'left' or 'right'\"}",
+                      "{'error': 'Tool fly not found.'}"]
+    capped = play_episode(_Scripted([_call("observe")] * 3), CarlaToolEnv(), "trolley_saves", 0,
+                          max_tool_calling_iterations=2)
+    assert capped["turns"] == 3 and capped["tool_calls"] == ["observe", "observe"]  # last call never runs
+    summary = summarize([record, capped])
+    assert summary["all"]["episodes"] == 2 and summary["trolley_micro_escape_exists"]["success_rate"] == 1.0
+
+
+def test_transformers_chat_parses_tool_calls_like_trl_and_counts_parse_failures():
+    model, tok = tiny_text_model()
+    chat = TransformersChat(model, tok, max_new_tokens=8)
+    messages = append_observation([{"role": "user", "content": INSTRUCTION}], CarlaToolEnv().reset(seed=0))
+    assert messages[0]["content"].startswith(INSTRUCTION + "\n\nYou drive")
+    broken = '<tool_call>\n{"name": oops}\n</tool_call><|im_end|>'
+    for text, expected in ((LEFT, {"direction": "left"}), (broken, None)):
+        def generate(input_ids=None, text=text, **kwargs):
+            return torch.cat([input_ids, torch.tensor([tok(text)["input_ids"]])], dim=1)
+
+        model.generate = generate
+        reply = chat(messages, tool_methods(CarlaToolEnv()))
+        if expected is None:
+            assert reply.get("parse_failed") is True and not reply.get("tool_calls")
+        else:
+            assert reply["tool_calls"][0]["function"] == {"name": "lane_change", "arguments": expected}
+
+
+def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
+    out = tmp_path / "run"
+    code = train_grpo.main(["--model", "tiny-random", "--scenario", "trolley_micro_escape_exists", "trolley_saves",
+                            "--dataset-size", "2", "--num-generations", "2", "--per-device-train-batch-size", "2",
+                            "--max-completion-length", "64", "--max-steps", "1", "--eval-episodes", "2",
+                            "--eval-max-new-tokens", "8", "--output-dir", str(out)])
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["args"]["scenario"] == ["trolley_micro_escape_exists", "trolley_saves"]
+    assert config["device"] == "cpu" and config["bf16"] is False and config["versions"]["trl"]
+    log = json.loads((out / "train_log.json").read_text())
+    assert log["global_step"] == 1 and "rewards/rubric_reward/mean" in log["log_history"][0]
+    records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [(r["scenario"], r["seed"]) for r in records] == [
+        ("trolley_micro_escape_exists", 10000), ("trolley_micro_escape_exists", 10001),
+        ("trolley_saves", 10000), ("trolley_saves", 10001)]
+    rows = {r["scenario"]: r for r in csv.DictReader((out / "eval.csv").read_text().splitlines())}
+    assert float(rows["all"]["mean_reward"]) == pytest.approx(sum(r["reward"] for r in records) / 4)
+    model, tok = load_model(str(out / "model"), vision=False)  # the saved directory loads as a local path
+    assert model.config.num_hidden_layers == 2 and tok.chat_template == tiny_text_model()[1].chat_template
+    with pytest.raises(SystemExit, match="is not empty; pass --overwrite"):
+        train_grpo.main(["--model", "tiny-random", "--output-dir", str(out)])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--num-generations", "1"], "--num-generations 1: must be >= 2"),
+    (["--num-generations", "3"], "is not a multiple of --num-generations 3"),
+    (["--scenario", "nope"], "--scenario: "),
+    (["--model", "tiny-random", "--vision"], "use tiny-random without --vision"),
+    (["--report-to", "wandb"], "--report-to 'wandb': choose one of"),
+    (["--max-steps", "0"], "--max-steps 0: must be >= 1"),
+])
+def test_train_grpo_refuses_bad_flags_before_loading_anything(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        train_grpo.main([*argv, "--output-dir", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_model_names_the_model_and_the_offline_way_out(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
+    with pytest.raises(OSError, match=r"no_such_model': no such local directory.*--model tiny-random"):
+        load_model(str(tmp_path / "no_such_model"), vision=False)
+    with pytest.raises(OSError, match=r"(?s)could not load model 'nobody/no-such-model' \(hub id\).*HF_HUB_OFFLINE"):
+        load_model("nobody/no-such-model", vision=False)
+    with pytest.raises(ValueError, match="does not match vision=True"):
+        load_model("tiny-random", vision=True)
+
+
+def test_train_grpo_help_runs_as_a_script():
+    result = subprocess.run([sys.executable, "train_grpo.py", "--help"], capture_output=True, text=True, timeout=120,
+                            cwd=Path(train_grpo.__file__).parent)
+    assert result.returncode == 0 and "--max-tool-calling-iterations" in result.stdout
