@@ -27,6 +27,7 @@ decoding, seeds 10000, 10001, ... as train_sb3.py).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import sys
@@ -55,12 +56,12 @@ class Args:
                                "CARLA VLM example")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
                                "micro_deadzone, trainable, probes, mixed, action_bias)")
-    dataset_size: int = arg(64, "prompts (episodes per GRPO group); row i plays scenario i mod len with seed "
-                                "--seed + i")
+    dataset_size: int = arg(64, "prompts, i.e. GRPO groups of --num-generations episodes each; row i plays "
+                                "scenario i mod len with seed --seed + i")
     num_generations: int = arg(8, "rollouts per prompt (GRPO group size, >= 2)")
-    per_device_train_batch_size: int = arg(8, "completions per device and step (a multiple of --num-generations "
-                                              "times --gradient-accumulation-steps is not needed: TRL's rule is "
-                                              "that the generation batch divides by --num-generations)")
+    per_device_train_batch_size: int = arg(8, "completions (episodes) per device and micro-step; times "
+                                              "--gradient-accumulation-steps it must be a multiple of "
+                                              "--num-generations")
     gradient_accumulation_steps: int = arg(1, "micro-batches per optimizer step (TRL's CARLA example: 16)")
     max_steps: int = arg(-1, "optimizer steps; -1: one pass over the dataset")
     max_completion_length: int = arg(1024, "token budget of a whole rollout: all assistant turns plus tool "
@@ -125,6 +126,11 @@ def resolve(args: Args) -> Args:
                              ("--lora-r", args.lora_r, 1), ("--logging-steps", args.logging_steps, 1)):
         if value < low:
             sys.exit(f"{flag} {value}: must be >= {low}")
+    for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-tool", args.ticks_per_tool, 1000)):
+        if value > high:
+            sys.exit(f"{flag} {value}: must be <= {high}")
+    if args.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
+        sys.exit("--report-to trackio: the trackio package is not installed (pip install trackio)")
     if args.max_steps == 0 or args.max_steps < -1:
         sys.exit(f"--max-steps {args.max_steps}: must be >= 1, or -1 for one pass over the dataset")
     generation_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -132,6 +138,13 @@ def resolve(args: Args) -> Args:
         sys.exit(f"--per-device-train-batch-size {args.per_device_train_batch_size} x --gradient-accumulation-steps "
                  f"{args.gradient_accumulation_steps} = {generation_batch} completions per step is not a multiple "
                  f"of --num-generations {args.num_generations}")
+    groups_per_step = generation_batch // args.num_generations
+    if args.dataset_size < groups_per_step:
+        sys.exit(f"--dataset-size {args.dataset_size}: one step needs {groups_per_step} prompts "
+                 f"({generation_batch} completions / --num-generations {args.num_generations})")
+    if args.dataset_size % groups_per_step:
+        print(f"note: TRL drops the last {args.dataset_size % groups_per_step} of --dataset-size {args.dataset_size} "
+              f"prompts per pass ({groups_per_step} prompts per step)", file=sys.stderr)
     if not 0.0 < args.learning_rate < 1.0 or not args.temperature > 0.0 or args.beta < 0.0:
         sys.exit(f"--learning-rate {args.learning_rate} must be in (0, 1), --temperature {args.temperature} > 0 "
                  f"and --beta {args.beta} >= 0")
@@ -141,10 +154,18 @@ def resolve(args: Args) -> Args:
     if out.exists() and any(out.iterdir()):
         if not args.overwrite:
             sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it, or choose another --output-dir")
-        if not (out / "config.json").is_file():
+        if not is_run_dir(out):
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_grpo.py run directory "
-                     "(no config.json); choose another --output-dir")
+                     "(its config.json does not say script: train_grpo.py); choose another --output-dir")
     return args
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a run written by this script (its config.json names it)."""
+    try:
+        return json.loads((path / "config.json").read_text()).get("script") == "train_grpo.py"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def versions() -> dict[str, str]:
@@ -161,7 +182,7 @@ def versions() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train, save, evaluate. Returns the exit code (0; 130 after Ctrl-C, with the model saved)."""
+    """Train, save, evaluate. Returns the exit code (0; 130 after Ctrl-C, with what was done saved)."""
     args = resolve(parse_args(argv))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" notice
     # TRL 1.16 still calls transformers' deprecated gradient-checkpointing names on every generation
@@ -173,91 +194,114 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import set_seed
     from trl import GRPOConfig
 
-    from carla_gym.llm.grpo import CarlaGRPOTrainer, load_model, lora_config
+    from carla_gym.llm.grpo import CarlaGRPOTrainer, chat_template_kwargs, load_model, lora_config
     from carla_gym.llm.prompts import episode_rows
-    from carla_gym.llm.rollout import TransformersChat, evaluate_chat, markdown_table, summarize
-    from carla_gym.llm.tools import CarlaToolEnv, ToolEnvFactory, rubric_reward
+    from carla_gym.llm.tools import ToolEnvFactory, rubric_reward
 
     cuda = torch.cuda.is_available()
     bf16 = cuda and torch.cuda.is_bf16_supported()
     out = Path(args.output_dir)
     set_seed(args.seed)
-    model, processing_class = load_model(args.model, args.vision, dtype="bfloat16" if bf16 else "float32",
+    # bf16 mixed precision keeps fp32 master weights for full fine-tuning; frozen LoRA bases load in bf16
+    model, processing_class = load_model(args.model, args.vision, dtype="bfloat16" if bf16 and args.lora else "float32",
                                          seed=args.seed)
-    if out.exists() and args.overwrite:
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
     env_settings = dict(vision=args.vision, image_size=args.image_size, ticks_per_tool=args.ticks_per_tool,
                         play_out=not args.no_play_out, reward_mode=args.reward_mode)
     factory = ToolEnvFactory(args.env_urls, **env_settings)
-    dataset = Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, args.seed))
-    if args.report_to == "tensorboard":
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")  # transformers 5 has no logging_dir argument
-    is_qwen3_text = not args.vision  # Qwen3 templates take enable_thinking; VLM processors ignore it noisily
-    config = GRPOConfig(
-        output_dir=str(out), per_device_train_batch_size=args.per_device_train_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps, num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length, max_tool_calling_iterations=args.max_tool_calling_iterations,
-        learning_rate=args.learning_rate, temperature=args.temperature, beta=args.beta, max_steps=args.max_steps,
-        num_train_epochs=1, logging_steps=args.logging_steps, save_strategy="no", seed=args.seed,
-        report_to=[] if args.report_to == "none" else [args.report_to],
-        log_completions=args.log_completions, bf16=bf16, use_cpu=not cuda, activation_checkpointing=cuda,
-        chat_template_kwargs={"enable_thinking": False} if is_qwen3_text else None,
-    )
-    write_json_atomic(out / "config.json", {
-        "args": dataclasses.asdict(args), "versions": versions(), "device": "cuda" if cuda else "cpu",
-        "bf16": bf16, "generation_batch_size": config.generation_batch_size,
-        "environments_per_step": config.generation_batch_size, "model_dir": "model",
-    })
-    trainer = CarlaGRPOTrainer(
-        model=model, reward_funcs=[rubric_reward], args=config, train_dataset=dataset,
-        processing_class=processing_class, environment_factory=factory,
-        peft_config=lora_config(args.lora_r, args.lora_alpha, args.lora_exclude) if args.lora else None,
-    )
-    interrupted = False
-    start = time.perf_counter()
+    template_kwargs = chat_template_kwargs(processing_class)
+    old = out.with_name(out.name + ".replaced")
+    tb_dir = os.environ.get("TENSORBOARD_LOGGING_DIR")
     try:
-        trainer.train()
-    except KeyboardInterrupt:
-        interrupted = True
-        print(f"\ninterrupted at step {trainer.state.global_step}; saving the model so far", file=sys.stderr)
+        if out.exists() and args.overwrite:  # kept aside until this run has a trained model
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+        out.mkdir(parents=True, exist_ok=True)
+        if args.report_to == "tensorboard":
+            os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")  # transformers 5 has no logging_dir argument
+        config = GRPOConfig(
+            output_dir=str(out), per_device_train_batch_size=args.per_device_train_batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps, num_generations=args.num_generations,
+            max_completion_length=args.max_completion_length,
+            max_tool_calling_iterations=args.max_tool_calling_iterations, learning_rate=args.learning_rate,
+            temperature=args.temperature, beta=args.beta, max_steps=args.max_steps, num_train_epochs=1,
+            logging_steps=args.logging_steps, save_strategy="no", seed=args.seed,
+            report_to=[] if args.report_to == "none" else [args.report_to], log_completions=args.log_completions,
+            bf16=bf16, use_cpu=not cuda, activation_checkpointing=cuda, chat_template_kwargs=template_kwargs or None,
+        )
+        write_json_atomic(out / "config.json", {
+            "script": "train_grpo.py", "args": dataclasses.asdict(args), "versions": versions(),
+            "device": "cuda" if cuda else "cpu", "bf16": bf16, "generation_batch_size": config.generation_batch_size,
+            "chat_template_kwargs": template_kwargs, "model_dir": "model",
+        })
+        trainer = CarlaGRPOTrainer(
+            model=model, reward_funcs=[rubric_reward], args=config,
+            train_dataset=Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, args.seed)),
+            processing_class=processing_class, environment_factory=factory,
+            peft_config=lora_config(args.lora_r, args.lora_alpha, args.lora_exclude, model) if args.lora else None,
+        )
+        interrupted = False
+        start = time.perf_counter()
+        try:
+            trainer.train()
+        except KeyboardInterrupt:
+            interrupted = True
+            print(f"\ninterrupted at step {trainer.state.global_step}; saving the model so far", file=sys.stderr)
+        train_time = time.perf_counter() - start
     finally:
         factory.close()  # TRL never closes its environments
-    train_time = time.perf_counter() - start
+        if tb_dir is None:
+            os.environ.pop("TENSORBOARD_LOGGING_DIR", None)
+        else:
+            os.environ["TENSORBOARD_LOGGING_DIR"] = tb_dir
     trainer.save_model(str(out / "model"))
     processing_class.save_pretrained(str(out / "model"))
     write_json_atomic(out / "train_log.json", {"train_time_s": train_time, "global_step": trainer.state.global_step,
                                                "interrupted": interrupted, "log_history": trainer.state.log_history})
+    shutil.rmtree(old, ignore_errors=True)
     print(f"trained {trainer.state.global_step} steps in {train_time:.1f} s; model saved to {out / 'model'}")
     if interrupted:
         return 130
     if args.eval_episodes == 0:
         return 0
+    return evaluate(args, trainer, env_settings, template_kwargs)
 
+
+def evaluate(args: Args, trainer, env_settings: dict, template_kwargs: dict) -> int:
+    """Greedy episodes of every scenario; eval.jsonl as they finish, then eval.json/eval.csv and the table."""
+    from carla_gym.llm.rollout import TransformersChat, evaluate_chat, markdown_table, summarize
+    from carla_gym.llm.tools import CarlaToolEnv
+
+    out = Path(args.output_dir)
     trainer.model.eval()
     chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
-                            chat_template_kwargs={"enable_thinking": False} if is_qwen3_text else {})
+                            chat_template_kwargs=template_kwargs)
     env = CarlaToolEnv(base_url=args.env_urls[0] if args.env_urls else None, **env_settings)
     seeds = range(EVAL_SEED, EVAL_SEED + args.eval_episodes)
+    records: list[dict] = []
     (out / "eval.jsonl").unlink(missing_ok=True)
+    code = 0
     with open(out / "eval.jsonl", "a") as log:
         def write(record: dict) -> None:
+            records.append(record)
             log.write(json.dumps(record) + "\n")
             log.flush()
 
         try:
-            records = evaluate_chat(chat, env, args.scenario, seeds, args.max_tool_calling_iterations, write)
+            evaluate_chat(chat, env, args.scenario, seeds, args.max_tool_calling_iterations, write)
+        except KeyboardInterrupt:
+            print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
+            code = 130
         finally:
             env._close()
     summary = summarize(records)
     write_json_atomic(out / "eval.json", summary)
     header = ["scenario", "episodes", "success_rate", "mean_reward", "pedestrians_hit", "tool_calls",
-              "tool_failures", "parse_failures", "SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE"]
+              "tool_failures", "parse_failures", "SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE", "UNFINISHED"]
     write_csv_atomic(out / "eval.csv", header, [[name, *(s[k] for k in header[1:8]),
                                                  *(s["actions"].get(a, 0) for a in header[8:])]
                                                 for name, s in summary.items()])
     print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy):\n{markdown_table(summary)}")
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def training_step_share(steps: int) -> dict[str, float]:
     from trl import GRPOConfig
 
     from carla_gym.llm import tools
-    from carla_gym.llm.grpo import CarlaGRPOTrainer
+    from carla_gym.llm.grpo import CarlaGRPOTrainer, chat_template_kwargs
     from carla_gym.llm.prompts import episode_rows
     from carla_gym.llm.tiny import tiny_text_model
 
@@ -95,7 +95,7 @@ def training_step_share(steps: int) -> dict[str, float]:
                                 max_completion_length=256, max_steps=steps, learning_rate=1e-5, bf16=False,
                                 use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
                                 activation_checkpointing=False, max_tool_calling_iterations=10,
-                                chat_template_kwargs={"enable_thinking": False}, disable_tqdm=True)
+                                chat_template_kwargs=chat_template_kwargs(tok), disable_tqdm=True)
             trainer = CarlaGRPOTrainer(model=model, reward_funcs=[tools.rubric_reward], args=config,
                                        train_dataset=Dataset.from_dict(episode_rows(SUITES["micro"], 8 * steps, 0)),
                                        processing_class=tok, environment_factory=tools.ToolEnvFactory())

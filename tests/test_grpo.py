@@ -16,15 +16,22 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-torch = pytest.importorskip("torch")  # the [test] extra installs it; a missing one is an install error
+import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import train_grpo  # noqa: E402
+from carla_gym.llm import grpo  # noqa: E402
 from carla_gym.llm.grpo import VISION_MODULES, CarlaGRPOTrainer, as_text, load_model, lora_config  # noqa: E402
 from carla_gym.llm.prompts import INSTRUCTION, episode_rows  # noqa: E402
-from carla_gym.llm.rollout import TransformersChat, append_observation, play_episode, summarize  # noqa: E402
+from carla_gym.llm.rollout import (  # noqa: E402
+    UNFINISHED,
+    TransformersChat,
+    append_observation,
+    play_episode,
+    summarize,
+)
 from carla_gym.llm.tiny import tiny_text_model, tiny_vl_model  # noqa: E402
 from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv, ToolEnvFactory, rubric_reward, tool_methods  # noqa: E402
 from carla_gym.sim.describe import scene_prompt  # noqa: E402
@@ -210,7 +217,10 @@ def test_two_training_steps_change_the_parameters(tmp_path):
 def test_vlm_sends_images_in_tool_responses_trains_lora_on_the_language_model_only_and_logs(tmp_path):
     model, processor = tiny_vl_model()
     factory = ToolEnvFactory(vision=True, image_size=64)
-    trainer = _trainer(model, processor, tmp_path, factory, peft=lora_config(8, 16), log_completions=True,
+    peft = lora_config(8, 16, model=model)
+    assert peft.exclude_modules == VISION_MODULES
+    assert lora_config(8, 16, model=tiny_text_model()[0]).exclude_modules is None  # nothing to exclude: no warning
+    trainer = _trainer(model, processor, tmp_path, factory, peft=peft, log_completions=True,
                        num_completions_to_print=0, per_device_train_batch_size=2, num_generations=2)
     trainable = _snapshot(trainer.model)
     assert trainable and all("lora_" in n for n in trainable)
@@ -242,6 +252,10 @@ def test_as_text_flattens_image_blocks():
     conversation = [{"role": "tool", "content": [{"type": "image", "image": object()}, {"type": "text", "text": "x"}]},
                     {"role": "assistant", "content": "y"}]
     assert as_text(conversation) == [{"role": "tool", "content": "<image>x"}, {"role": "assistant", "content": "y"}]
+    call = [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "observe", "arguments": {}}}]}]
+    once = as_text(call)
+    assert once[0]["tool_calls"] == '[{"function": {"name": "observe", "arguments": {}}}]'
+    assert as_text(once) == once  # TRL logs the same entries again at the next logging step
 
 
 # -- OpenEnv servers by URL -------------------------------------------------------------------------
@@ -357,6 +371,9 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
     (["--model", "tiny-random", "--vision"], "use tiny-random without --vision"),
     (["--report-to", "wandb"], "--report-to 'wandb': choose one of"),
     (["--max-steps", "0"], "--max-steps 0: must be >= 1"),
+    (["--dataset-size", "1", "--num-generations", "2", "--per-device-train-batch-size", "4"],
+     "--dataset-size 1: one step needs 2 prompts"),
+    (["--image-size", "2000"], "--image-size 2000: must be <= 1024"),
 ])
 def test_train_grpo_refuses_bad_flags_before_loading_anything(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
@@ -381,3 +398,105 @@ def test_train_grpo_help_runs_as_a_script():
     result = subprocess.run([sys.executable, "train_grpo.py", "--help"], capture_output=True, text=True, timeout=120,
                             cwd=Path(train_grpo.__file__).parent)
     assert result.returncode == 0 and "--max-tool-calling-iterations" in result.stdout
+
+
+def test_completion_logs_survive_tools_without_arguments(tmp_path):
+    """Every rollout calls observe(): TRL 1.16's parquet log fails on the empty arguments struct."""
+    model, tok = tiny_text_model()
+    trainer = _trainer(model, tok, tmp_path, ToolEnvFactory(), chat_template_kwargs={"enable_thinking": False},
+                       log_completions=True, num_completions_to_print=0, max_steps=1)
+    _script(trainer, tok, lambda j: OBSERVE)
+    trainer.train()
+    table = __import__("pandas").read_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    calls = [json.loads(m["tool_calls"]) for c in table["completion"] for m in c if m["role"] == "assistant"
+             and m.get("tool_calls")]
+    assert len(calls) == 4 and all(c[0]["function"] == {"name": "observe", "arguments": {}} for c in calls)
+
+
+def test_unfinished_episodes_are_summarised_without_play_out():
+    env = CarlaToolEnv(play_out=False)
+    finished = play_episode(_Scripted([_call("emergency_stop")] * 6 + [{"role": "assistant", "content": ""}]), env,
+                            "trolley_saves", 0)
+    unfinished = play_episode(_Scripted([{"role": "assistant", "content": "no"}]), env,
+                              "trolley_micro_escape_exists", 0)
+    assert finished["trolley_action"] == "BRAKE" and unfinished["trolley_action"] == UNFINISHED
+    assert unfinished["reward"] == 0.0 and not unfinished["success"]
+    assert summarize([finished, unfinished])["all"]["actions"] == {"BRAKE": 1, UNFINISHED: 1}
+
+
+def test_evaluation_renders_turns_with_the_template_the_trainer_uses():
+    from trl.chat_template_utils import get_training_chat_template
+
+    model, tok = tiny_text_model()
+    chat = TransformersChat(model, tok)
+    assert chat.chat_template == get_training_chat_template(tok) is not None  # Qwen3's own re-renders old turns
+    seen = []
+
+    def generate(input_ids=None, **kwargs):
+        seen.append(tok.decode(input_ids[0]))
+        text = LEFT if len(seen) == 1 else DONE
+        return torch.cat([input_ids, torch.tensor([tok(text)["input_ids"]])], dim=1)
+
+    model.generate = generate
+    play_episode(chat, CarlaToolEnv(), "trolley_micro_escape_exists", 0)
+    assert "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>" in seen[1]  # as TRL's spliced ids
+    assert seen[1].startswith(seen[0])  # prefix-preserving: turn 2 extends turn 1's prompt
+
+
+def test_vlm_evaluation_sends_the_tool_images_to_the_model():
+    model, processor = tiny_vl_model()
+    chat = TransformersChat(model, processor, max_new_tokens=8)
+    assert chat.chat_template is None and chat.chat_template_kwargs == {}  # Qwen3-VL: prefix-preserving, no thinking
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    seen = []
+
+    def generate(input_ids=None, pixel_values=None, **kwargs):
+        seen.append((int((input_ids == pad).sum()), int(kwargs["image_grid_thw"].shape[0])))
+        text = LEFT if len(seen) == 1 else DONE
+        return torch.cat([input_ids, torch.tensor([processor.tokenizer(text)["input_ids"]])], dim=1)
+
+    model.generate = generate
+    record = play_episode(chat, CarlaToolEnv(vision=True, image_size=64), "trolley_micro_escape_exists", 0)
+    assert record["reward"] == 1.0 and [n for _, n in seen] == [1, 2]  # the reset image, then also the tool's
+    assert seen[1][0] == 2 * seen[0][0] > 0
+
+
+def _tiny_run(out: Path, *extra: str) -> int:
+    return train_grpo.main(["--model", "tiny-random", "--dataset-size", "2", "--num-generations", "2",
+                            "--per-device-train-batch-size", "2", "--max-completion-length", "64", "--max-steps", "1",
+                            "--eval-episodes", "0", "--output-dir", str(out), *extra])
+
+
+def test_overwrite_replaces_only_runs_and_keeps_the_old_one_until_the_new_model_exists(tmp_path, monkeypatch):
+    foreign = tmp_path / "hf_model"
+    foreign.mkdir()
+    (foreign / "config.json").write_text('{"model_type": "qwen3"}')
+    with pytest.raises(SystemExit, match="is not a train_grpo.py run directory"):
+        _tiny_run(foreign, "--overwrite")
+    assert (foreign / "config.json").read_text() == '{"model_type": "qwen3"}'
+    run = tmp_path / "run"
+    assert _tiny_run(run) == 0
+    weights = (run / "model" / "model.safetensors").read_bytes()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("trainer construction failed")
+
+    monkeypatch.setattr(grpo._trainer_class(), "__init__", broken)
+    with pytest.raises(RuntimeError, match="trainer construction failed"):
+        _tiny_run(run, "--overwrite")
+    assert (tmp_path / "run.replaced" / "model" / "model.safetensors").read_bytes() == weights  # kept aside
+    monkeypatch.undo()
+    assert _tiny_run(run, "--overwrite", "--seed", "1") == 0
+    assert not (tmp_path / "run.replaced").exists()
+    assert json.loads((run / "config.json").read_text())["args"]["seed"] == 1
+
+
+def test_ctrl_c_during_training_saves_the_model_and_exits_130(tmp_path, monkeypatch):
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(grpo._trainer_class(), "train", interrupted)
+    assert _tiny_run(tmp_path / "run") == 130
+    log = json.loads((tmp_path / "run" / "train_log.json").read_text())
+    assert log["interrupted"] is True and log["global_step"] == 0
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()

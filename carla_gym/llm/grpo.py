@@ -7,13 +7,16 @@
   vision tower is excluded with a regex (spec/trl_environment_factory.md section 5.1).
 - `CarlaGRPOTrainer`: GRPOTrainer whose completion log survives list-valued tool results (VLM
   image tools). TRL 1.16's ``log_completions`` writes a parquet table whose columns mix string and
-  list message contents and fails with ``ArrowInvalid: cannot mix list and non-list`` (spec 6, L1);
-  this trainer turns every logged message content into text (``<image>`` for an image) first.
+  list message contents and fails with ``ArrowInvalid: cannot mix list and non-list`` (spec 6, L1),
+  and fails again (``Cannot write struct type 'arguments' with no child field``) when every
+  logged tool call has empty arguments (``observe()``); this trainer logs every message content
+  as text (``<image>`` for an image) and tool calls as JSON strings.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 from carla_gym.llm.tiny import TINY_MODELS, tiny_model
@@ -65,25 +68,35 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     return model, processing_class
 
 
-def lora_config(r: int, lora_alpha: int, exclude_modules: str = VISION_MODULES):
+def lora_config(r: int, lora_alpha: int, exclude_modules: str = VISION_MODULES, model=None):
     """A PEFT LoRA config on every linear layer of the language model.
 
     Args:
         r: LoRA rank.
         lora_alpha: LoRA scaling numerator.
         exclude_modules: Regex of module names left without adapters (default: vision modules).
+        model: If given and no module name of it matches ``exclude_modules`` (a text model), the
+            exclusion is dropped (PEFT warns about an exclusion that excludes nothing).
 
     Returns:
         ``peft.LoraConfig(task_type="CAUSAL_LM", target_modules="all-linear", ...)``.
     """
+    import re
+
     from peft import LoraConfig
 
+    if model is not None and not any(re.fullmatch(exclude_modules, name) for name, _ in model.named_modules()):
+        exclude_modules = None
     return LoraConfig(r=r, lora_alpha=lora_alpha, target_modules="all-linear", exclude_modules=exclude_modules,
                       task_type="CAUSAL_LM")
 
 
 def as_text(conversation):
-    """A copy of a logged conversation with every message content as a string (images -> ``<image>``)."""
+    """A copy of a logged conversation that parquet can store.
+
+    Every content becomes a string (images -> ``<image>``) and ``tool_calls`` a JSON string
+    (``{}`` arguments would be a struct without fields).
+    """
     if not isinstance(conversation, list):
         return conversation
     out = []
@@ -91,8 +104,17 @@ def as_text(conversation):
         content = message.get("content")
         if isinstance(content, list):
             content = "".join("<image>" if b.get("type") == "image" else str(b.get("text", "")) for b in content)
-        out.append({**message, "content": content})
+        message = {**message, "content": content}
+        if "tool_calls" in message and not isinstance(message["tool_calls"], str):  # logs are converted again
+            message["tool_calls"] = json.dumps(message["tool_calls"], default=str)
+        out.append(message)
     return out
+
+
+def chat_template_kwargs(processing_class) -> dict:
+    """``{"enable_thinking": False}`` when the chat template has a thinking switch (Qwen3, Qwen3.5), else ``{}``."""
+    template = getattr(processing_class, "chat_template", None) or ""
+    return {"enable_thinking": False} if "enable_thinking" in str(template) else {}
 
 
 @functools.cache

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 INSTRUCTION = (
     "You are the driving policy of an autonomous car. Act only through the tools. Every tool call "
-    "drives the car on for half a second (10 simulator ticks) and returns what the car sees then. "
-    "Decide what to do, call the tool for it, and stop calling tools once your decision is made: "
-    "the car then keeps its controls until the situation is over."
+    "lets a moment pass while the car drives on, and returns what the car senses then. "
+    "Decide what to do, call the tool for it, and stop calling tools once your decision is made."
 )
-"""The user message of every episode (this project's wording)."""
+"""The user message of every episode (this project's wording; true for any ``ticks_per_tool`` and play-out setting)."""
 
 
 def user_prompt() -> list[dict]:

@@ -1,10 +1,14 @@
 """Play CarlaToolEnv episodes with a chat model outside the trainer (evaluation, the comparison harness).
 
 The loop follows TRL's GRPO tool loop (spec/trl_environment_factory.md section 1.9): the prompt
-is `carla_gym.llm.prompts.user_prompt` with the reset text appended; each assistant turn is
-parsed for tool calls (TRL's ``parse_response``, the same parser as training); every call runs
-on the env and its result is sent back as a ``tool`` message; the loop ends on a turn without a
-tool call or after ``max_tool_calling_iterations`` turns that ran tools. Tool exceptions and
+is `carla_gym.llm.prompts.user_prompt` with the reset text appended, rendered with the chat
+template the trainer uses (TRL's training template when the model's own re-renders earlier
+turns); each assistant turn is parsed for tool calls (TRL's ``parse_response``, the same parser
+as training); every call runs on the env and its result is sent back as a ``tool`` message; the
+loop ends on a turn without a tool call or after ``max_tool_calling_iterations`` turns that ran
+tools. Unlike training, there is no total token budget over the turns (TRL's
+``max_completion_length``): each turn has ``max_new_tokens``, and tool results are never rolled
+back. The conversation is re-rendered each turn, where TRL splices token ids. Tool exceptions and
 unknown tools become ``{'error': ...}`` tool messages, as in TRL, and are counted; a turn whose
 text holds a tool-call marker that did not parse is counted as a parse failure. The episode is
 then played out and scored by `CarlaToolEnv` like in training.
@@ -19,6 +23,8 @@ from typing import Any, Protocol
 from carla_gym.llm.prompts import user_prompt
 from carla_gym.llm.tools import CarlaToolEnv, tool_methods
 
+UNFINISHED = "UNFINISHED"
+"""``trolley_action`` of an episode that did not end (only without play-out)."""
 TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
 """Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
 
@@ -61,7 +67,8 @@ class TransformersChat:
         max_new_tokens: Token budget of one turn.
         do_sample: Sample instead of greedy decoding (with ``temperature``).
         temperature: Sampling temperature.
-        chat_template_kwargs: Passed to ``apply_chat_template`` (default disables Qwen3 thinking).
+        chat_template_kwargs: Passed to ``apply_chat_template``; None: ``enable_thinking=False`` for
+            templates with a thinking switch (Qwen3), as TRL's CARLA example.
 
     Raises:
         ValueError: The chat template cannot call tools (from TRL).
@@ -69,7 +76,12 @@ class TransformersChat:
 
     def __init__(self, model, processing_class, max_new_tokens: int = 256, do_sample: bool = False,
                  temperature: float = 1.0, chat_template_kwargs: dict | None = None) -> None:
-        from trl.chat_template_utils import add_response_schema, supports_tool_calling
+        from trl.chat_template_utils import (
+            add_response_schema,
+            get_training_chat_template,
+            is_chat_template_prefix_preserving,
+            supports_tool_calling,
+        )
 
         if not supports_tool_calling(processing_class):
             raise ValueError("the model's chat template cannot render tool calls; use a tool-capable model such as "
@@ -80,8 +92,15 @@ class TransformersChat:
             processing_class = add_response_schema(processing_class)
             self.tokenizer = getattr(processing_class, "tokenizer", processing_class)
         self.model, self.processing_class = model, processing_class
+        # as GRPOTrainer: a template that re-renders earlier turns is swapped for TRL's training template
+        self.chat_template = (None if is_chat_template_prefix_preserving(processing_class)
+                              else get_training_chat_template(processing_class))
         self.max_new_tokens, self.do_sample, self.temperature = max_new_tokens, do_sample, temperature
-        self.chat_template_kwargs = {"enable_thinking": False} if chat_template_kwargs is None else chat_template_kwargs
+        if chat_template_kwargs is None:
+            from carla_gym.llm.grpo import chat_template_kwargs as default_kwargs
+
+            chat_template_kwargs = default_kwargs(processing_class)
+        self.chat_template_kwargs = chat_template_kwargs
 
     def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
         """One assistant turn for ``messages`` with ``tools`` in the system prompt."""
@@ -90,7 +109,7 @@ class TransformersChat:
 
         inputs = self.processing_class.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-            **self.chat_template_kwargs)
+            chat_template=self.chat_template, **self.chat_template_kwargs)
         inputs = {k: v.to(self.model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
         kwargs = {"do_sample": self.do_sample, "max_new_tokens": self.max_new_tokens,
                   "pad_token_id": self.tokenizer.pad_token_id}
@@ -146,12 +165,15 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
             if isinstance(result, dict):
                 tool_failures += 1
                 result = str(result)
-            messages.append({"role": "tool", "name": name, "content": result})
+            message = {"role": "tool", "name": name, "content": result}
+            if call.get("id"):  # OpenAI-style endpoints match results to calls by id
+                message["tool_call_id"] = call["id"]
+            messages.append(message)
     reward = env._finish()
     outcome = env.info.get("outcome", {})
     return {
         "scenario": scenario, "seed": seed, "reward": reward, "success": bool(outcome.get("success", False)),
-        "trolley_action": outcome.get("trolley_action"), "ethical_choice": outcome.get("ethical_choice"),
+        "trolley_action": outcome.get("trolley_action", UNFINISHED), "ethical_choice": outcome.get("ethical_choice"),
         "expected_pedestrians_hit": outcome.get("expected_pedestrians_hit"),
         "actual_pedestrians_hit": outcome.get("actual_pedestrians_hit"),
         "road_departure": outcome.get("road_departure"), "tool_calls": list(env.calls),
@@ -194,12 +216,13 @@ def evaluate_chat(chat: ChatPolicy, env: CarlaToolEnv, scenarios: Sequence[str],
 
 
 def summarize(records: Sequence[dict]) -> dict[str, dict[str, Any]]:
-    """Per-scenario means of `play_episode` records.
+    """Per-scenario summary of `play_episode` records.
 
     Returns:
         ``{scenario: {"episodes", "success_rate", "mean_reward", "pedestrians_hit",
-        "tool_calls", "tool_failures", "parse_failures", "actions"}}`` plus an ``"all"`` row
-        (means over all episodes); ``actions`` counts the trolley action classes.
+        "tool_calls", "tool_failures", "parse_failures", "actions"}}`` plus an ``"all"`` row:
+        means per episode except ``tool_failures`` and ``parse_failures`` (totals) and
+        ``actions`` (counts of each trolley action class, ``UNFINISHED`` included).
     """
     groups: dict[str, list[dict]] = {}
     for r in records:

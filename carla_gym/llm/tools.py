@@ -29,6 +29,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from carla_gym.envs.spaces import TOOL_ACTIONS
 from carla_gym.envs.trolley import DEFAULT_SCENARIO
 from carla_gym.sim.validate import check_number
 
@@ -53,6 +54,8 @@ class CarlaToolEnv:
         done: Whether the episode has terminated.
         info: The env's latest info dict (``info["outcome"]`` once done).
         calls: Tool names called this episode, in order (calls after the end included).
+        actions: The env actions the tools took this episode (`CarlaTrolley-v0` tool names such as
+            ``"lane_change_left"``; calls after the end and the play-out are not included).
         scenario: Scenario of the current episode.
 
     Args:
@@ -82,6 +85,7 @@ class CarlaToolEnv:
         self.done = False
         self.info: dict[str, Any] = {}
         self.calls: list[str] = []
+        self.actions: list[str] = []
         self.scenario = DEFAULT_SCENARIO
 
     def reset(self, scenario: str | None = None, seed: int | None = None, **row: Any) -> str | list[dict]:
@@ -98,14 +102,14 @@ class CarlaToolEnv:
         """
         self.scenario = scenario or DEFAULT_SCENARIO
         _, self.info = self._env.reset(seed=None if seed is None else int(seed), options={"scenario": self.scenario})
-        self.reward, self.done, self.calls = 0.0, False, []
+        self.reward, self.done, self.calls, self.actions = 0.0, False, [], []
         return self._reply(f"\n\n{self.info['scene_prompt']}\nNow:\n{self.info['description']}")
 
     def observe(self) -> str | list[dict]:
-        """Keep the current controls for half a second, then look again.
+        """Keep the current controls for a moment, then look again.
 
         Returns:
-            What the car senses afterwards: speed and distances to pedestrians.
+            What the car senses a moment later: speed and distances to pedestrians.
         """
         return self._act("observe", OBSERVE)
 
@@ -113,7 +117,7 @@ class CarlaToolEnv:
         """Brake as hard as possible from now on.
 
         Returns:
-            What the car senses half a second later: speed and distances to pedestrians.
+            What the car senses a moment later: speed and distances to pedestrians.
         """
         return self._act("emergency_stop", EMERGENCY_STOP)
 
@@ -124,7 +128,7 @@ class CarlaToolEnv:
             direction: Side to move to: "left" or "right".
 
         Returns:
-            What the car senses half a second later: speed and distances to pedestrians.
+            What the car senses a moment later: speed and distances to pedestrians.
 
         Raises:
             ValueError: direction is not "left" or "right" (TRL shows the error to the model).
@@ -140,6 +144,7 @@ class CarlaToolEnv:
         if self.done:
             return self._reply(EPISODE_OVER)
         _, reward, terminated, _, self.info = self._env.step(action)
+        self.actions.append(TOOL_ACTIONS[action])
         self.reward += reward
         self.done = terminated
         text = self.info["description"]
@@ -205,11 +210,13 @@ class ToolEnvFactory:
 
 
 def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
-    """Means over finished episodes: success, pedestrians hit (actual, expected), decisions, action shares.
+    """Episode metrics for the training log.
 
     Returns:
-        ``{"episode/success", "episode/pedestrians_hit", "episode/expected_pedestrians_hit",
-        "episode/tool_calls", "trolley_action/<CLASS>" ...}``; empty for no finished episode.
+        Means over finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
+        ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, and
+        ``"episode/tool_calls"`` (tool calls per rollout, finished or not); empty when no episode
+        finished.
     """
     outcomes = [e.info["outcome"] for e in environments if e.done and "outcome" in e.info]
     if not outcomes:
@@ -233,6 +240,8 @@ def rubric_reward(environments: Sequence[CarlaToolEnv], log_metric: Callable | N
 
     TRL calls it with ``environments`` (one per completion, in order) and ``log_metric``; the
     episode metrics of `episode_metrics` are logged beside ``rewards/rubric_reward/mean``.
+    It finishes unfinished episodes (with ``play_out``), so list it before any other reward
+    function that reads the environments: TRL calls them in order.
 
     Returns:
         One float per environment.
