@@ -30,6 +30,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -50,10 +51,10 @@ class Args:
     """Command-line arguments: each field is a flag (--model, --num-generations, ...)."""
 
     model: str = arg("", f"hub id, local directory, or tiny-random / tiny-random-vl (offline, random weights); "
-                         f"empty: {DEFAULT_TEXT_MODEL}, or {DEFAULT_VISION_MODEL} with --vision")
+                         f"empty (default): {DEFAULT_TEXT_MODEL}, or {DEFAULT_VISION_MODEL} with --vision")
     vision: bool = arg(False, "VLM mode: tools return a camera image with the text")
-    image_size: int = arg(256, "width [px] of tool images (height 9/16 of it), as the thumbnail(256) of TRL's "
-                               "CARLA VLM example")
+    image_size: int = arg(256, "width [px] of tool images, 16-1024 (height 9/16 of it), as the thumbnail(256) of "
+                               "TRL's CARLA VLM example")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
                                "micro_deadzone, trainable, probes, mixed, action_bias)")
     dataset_size: int = arg(64, "prompts, i.e. GRPO groups of --num-generations episodes each; row i plays "
@@ -76,7 +77,8 @@ class Args:
     lora_exclude: str = arg("", "regex of modules without adapters; empty: the vision tower and projector "
                                 "(carla_gym.llm.grpo.VISION_MODULES)")
     ticks_per_tool: int = arg(10, "simulator ticks (0.05 s) per tool call")
-    reward_mode: str = arg("rubric", "rubric (upstream) or physical (-1 per pedestrian actually hit)")
+    reward_mode: str = arg("rubric", "rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for "
+                                      "leaving the road)")
     no_play_out: bool = arg(False, "score as TRL's CARLA example: 0 unless the model itself ran the episode to "
                                    "its end (default: unfinished episodes are played out with the controls held)")
     env_urls: list[str] = arg([], "OpenEnv server URLs (carla-gym serve); rollout i uses URL i mod len; "
@@ -123,7 +125,8 @@ def resolve(args: Args) -> Args:
                              ("--eval-episodes", args.eval_episodes, 0),
                              ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
                              ("--image-size", args.image_size, 16), ("--ticks-per-tool", args.ticks_per_tool, 1),
-                             ("--lora-r", args.lora_r, 1), ("--logging-steps", args.logging_steps, 1)):
+                             ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
+                             ("--logging-steps", args.logging_steps, 1)):
         if value < low:
             sys.exit(f"{flag} {value}: must be >= {low}")
     for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-tool", args.ticks_per_tool, 1000)):
@@ -145,9 +148,18 @@ def resolve(args: Args) -> Args:
     if args.dataset_size % groups_per_step:
         print(f"note: TRL drops the last {args.dataset_size % groups_per_step} of --dataset-size {args.dataset_size} "
               f"prompts per pass ({groups_per_step} prompts per step)", file=sys.stderr)
-    if not 0.0 < args.learning_rate < 1.0 or not args.temperature > 0.0 or args.beta < 0.0:
-        sys.exit(f"--learning-rate {args.learning_rate} must be in (0, 1), --temperature {args.temperature} > 0 "
-                 f"and --beta {args.beta} >= 0")
+    if not 0.0 < args.learning_rate < 1.0:
+        sys.exit(f"--learning-rate {args.learning_rate}: must be in (0, 1)")
+    if not args.temperature > 0.0:
+        sys.exit(f"--temperature {args.temperature}: must be > 0")
+    if args.beta < 0.0:
+        sys.exit(f"--beta {args.beta}: must be >= 0")
+    try:
+        re.compile(args.lora_exclude)
+    except re.error as exc:
+        sys.exit(f"--lora-exclude {args.lora_exclude!r}: not a regular expression ({exc})")
+    for url in args.env_urls:
+        check_url(url)
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         sys.exit(f"--output-dir {out}: exists and is not a directory")
@@ -158,6 +170,22 @@ def resolve(args: Args) -> Args:
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_grpo.py run directory "
                      "(its config.json does not say script: train_grpo.py); choose another --output-dir")
     return args
+
+
+def check_url(url: str, timeout_s: float = 5.0) -> None:
+    """Exit with a message unless ``url`` is an http(s) URL whose host accepts connections."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https", "ws", "wss") or not parsed.hostname:
+        sys.exit(f"--env-urls {url!r}: expected a URL such as http://127.0.0.1:8000")
+    port = parsed.port or (443 if parsed.scheme in ("https", "wss") else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        sys.exit(f"--env-urls {url}: cannot connect ({exc}); is a server running there (carla-gym serve --port "
+                 f"{port})?")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -258,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(out / "train_log.json", {"train_time_s": train_time, "global_step": trainer.state.global_step,
                                                "interrupted": interrupted, "log_history": trainer.state.log_history})
     shutil.rmtree(old, ignore_errors=True)
-    print(f"trained {trainer.state.global_step} steps in {train_time:.1f} s; model saved to {out / 'model'}")
+    print(f"trained {trainer.state.global_step} step(s) in {train_time:.1f} s; model saved to {out / 'model'}")
     if interrupted:
         return 130
     if args.eval_episodes == 0:

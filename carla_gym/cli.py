@@ -1,22 +1,29 @@
-"""The ``carla-gym`` console script: ``carla-gym serve [options]``."""
+"""The ``carla-gym`` console script: ``carla-gym serve [options]`` and ``carla-gym compare [options]``."""
 
 from __future__ import annotations
 
 import sys
 
+USAGE = ("usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME] "
+         "[--session-timeout S]\n"
+         "       carla-gym compare [--agents SPEC ...] [--scenario NAME ...] [--seeds N ...] [--out DIR] ... "
+         "(carla-gym compare --help lists every option)")
+
 
 def main(argv: list[str] | None = None) -> None:
-    """Dispatch ``carla-gym <command>``; ``serve`` is the only command so far."""
+    """Dispatch ``carla-gym <command>`` (``serve`` or ``compare``)."""
     argv = sys.argv[1:] if argv is None else argv
-    usage = ("usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME] "
-             "[--session-timeout S]")
     if not argv:
-        sys.exit(usage)
+        sys.exit(USAGE)
     if argv[0] in ("-h", "--help"):
-        print(usage)
+        print(USAGE)
         return
+    if argv[0] == "compare":
+        from agents.compare import main as compare
+
+        sys.exit(compare(argv[1:]))
     if argv[0] != "serve":
-        sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve")
+        sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve, compare")
     try:
         from carla_gym.openenv.server import main as serve
     except ImportError as exc:

@@ -6,7 +6,6 @@ import csv
 import json
 import os
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -259,31 +258,15 @@ def test_as_text_flattens_image_blocks():
 
 
 # -- OpenEnv servers by URL -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server_url():
-    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", "0", "--max-sessions", "16"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
-    line = proc.stdout.readline() if ready else ""
-    match = re.search(r"listening on (http://\S+)", line)
-    if match is None:
-        proc.kill()
-        raise RuntimeError(f"server did not announce itself within 60 s: {line!r}")
-    yield match.group(1)
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
-
-
-def test_env_urls_train_against_a_real_local_server(tmp_path, server_url):
+def test_env_urls_train_against_a_real_local_server(tmp_path, openenv_server_url):
     model, tok = tiny_text_model()
-    factory = ToolEnvFactory(env_urls=[server_url])
+    factory = ToolEnvFactory(env_urls=[openenv_server_url])
     trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
     _script(trainer, tok, lambda j: LEFT if j % 2 == 0 else OBSERVE)
     trainer.train()
     assert trainer.state.log_history[0]["rewards/rubric_reward/mean"] == 0.5
     remote, local = factory.instances[0], CarlaToolEnv()
-    assert remote._env.backend.base_url == server_url
+    assert remote._env.backend.base_url == openenv_server_url
     for env in (remote, local):
         env.reset(scenario="trolley_micro_classic_3v1", seed=2)
     assert remote.lane_change("right") == local.lane_change("right")
@@ -358,6 +341,8 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
         ("trolley_saves", 10000), ("trolley_saves", 10001)]
     rows = {r["scenario"]: r for r in csv.DictReader((out / "eval.csv").read_text().splitlines())}
     assert float(rows["all"]["mean_reward"]) == pytest.approx(sum(r["reward"] for r in records) / 4)
+    with pytest.raises(ValueError, match="is not an image-text-to-text model"):
+        load_model(str(out / "model"), vision=True)
     model, tok = load_model(str(out / "model"), vision=False)  # the saved directory loads as a local path
     assert model.config.num_hidden_layers == 2 and tok.chat_template == tiny_text_model()[1].chat_template
     with pytest.raises(SystemExit, match="is not empty; pass --overwrite"):
@@ -374,6 +359,9 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
     (["--dataset-size", "1", "--num-generations", "2", "--per-device-train-batch-size", "4"],
      "--dataset-size 1: one step needs 2 prompts"),
     (["--image-size", "2000"], "--image-size 2000: must be <= 1024"),
+    (["--temperature", "0"], "--temperature 0.0: must be > 0"),
+    (["--lora-exclude", "(("], "--lora-exclude '((': not a regular expression"),
+    (["--env-urls", "http://127.0.0.1:9"], "--env-urls http://127.0.0.1:9: cannot connect"),
 ])
 def test_train_grpo_refuses_bad_flags_before_loading_anything(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
@@ -392,6 +380,18 @@ def test_missing_model_names_the_model_and_the_offline_way_out(monkeypatch, tmp_
         load_model("nobody/no-such-model", vision=False)
     with pytest.raises(ValueError, match="does not match vision=True"):
         load_model("tiny-random", vision=True)
+    with pytest.raises(OSError, match="no such local directory"):
+        load_model("runs_that_do_not_exist/x/model", vision=False)  # a relative path, not a hub id
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(OSError, match="is a LoRA adapter, not a model"):
+        load_model(str(adapter), vision=False)
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "config.json").write_text('{"script": "train_grpo.py"}')
+    with pytest.raises(OSError, match=r"is a train_grpo.py run directory: pass .*run/model"):
+        load_model(str(run), vision=False)
 
 
 def test_train_grpo_help_runs_as_a_script():

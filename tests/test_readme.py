@@ -57,3 +57,19 @@ def test_scenario_table_matches_catalogue(row):
     got = ", ".join(f"{rules.raw_reward(spec, a):g}" for a in ("NONE", "BRAKE", "SWERVE_LEFT", "SWERVE_RIGHT"))
     assert rewards.startswith(got)
     assert ("(probe)" in rewards) == (spec.is_probe and spec.family == "trolley_micro")
+
+
+def test_comparison_table_rows_of_the_scripted_agents_are_what_the_command_gives(tmp_path):
+    """The README's comparison table is real: its scripted-agent rows are reproduced (wall time aside)."""
+    from agents import compare
+
+    section = README[README.index("## Comparing agents"):README.index("## Speed")]
+    shown = {line.split(" | ")[0]: line.rsplit(" | ", 1)[0] for line in section.splitlines()
+             if line.startswith("| ") and " | all | " in line}
+    scripted = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
+    assert compare.main(["--agents", *scripted, "--scenario", "micro", "micro_deadzone", "action_bias", "--seeds",
+                         "0", "1", "2", "--out", str(tmp_path / "c")]) == 0
+    rows = [line.rsplit(" | ", 1)[0] for line in (tmp_path / "c" / "summary.md").read_text().splitlines()
+            if " | all | " in line]
+    assert rows == [shown[f"| {name}"] for name in scripted]
+    assert (Path(__file__).resolve().parents[1] / "docs" / "compare" / "success_by_scenario.png").is_file()

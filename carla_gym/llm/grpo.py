@@ -50,9 +50,20 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
-    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().is_dir():
+    path = Path(name).expanduser()
+    local = name.startswith(("/", ".", "~")) or name.count("/") > 1 or path.exists() or \
+        ("/" in name and Path(name.split("/")[0]).is_dir())
+    if local and not path.is_dir():
         raise OSError(f"model {name!r}: no such local directory. Pass a directory written by save_pretrained, a hub "
                       "id such as Qwen/Qwen3-0.6B, or --model tiny-random for an offline smoke run.")
+    if local and (path / "model").is_dir() and (path / "config.json").is_file() and \
+            '"train_grpo.py"' in (path / "config.json").read_text():
+        raise OSError(f"model {name!r} is a train_grpo.py run directory: pass {path / 'model'} (a full fine-tune), or "
+                      f"compare it with python -m agents.compare --agents llm:{name} (LoRA runs too)")
+    if local and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        raise OSError(f"model {name!r} is a LoRA adapter, not a model: load its base model and "
+                      f"peft.PeftModel.from_pretrained(base, {name!r}), or compare the train_grpo.py run directory "
+                      "that holds it with python -m agents.compare --agents llm:<run dir>")
     try:
         if vision:
             processing_class = AutoProcessor.from_pretrained(name)
@@ -61,10 +72,16 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
             processing_class = AutoTokenizer.from_pretrained(name)
             model = AutoModelForCausalLM.from_pretrained(name, dtype=getattr(torch, dtype))
     except OSError as exc:
-        where = "local directory" if Path(name).exists() else "hub id"
+        where = "local directory" if local else "hub id"
         raise OSError(f"could not load model {name!r} ({where}): {exc}\nPass a local directory written by "
                       "save_pretrained, or a hub id on a machine with internet access (not with HF_HUB_OFFLINE=1). "
                       "For an offline smoke run use --model tiny-random (or tiny-random-vl with --vision).") from None
+    except ValueError as exc:
+        if "Unrecognized configuration class" not in str(exc):
+            raise
+        kind = "an image-text-to-text model (VLM)" if vision else "a causal language model"
+        raise ValueError(f"model {name!r} is not {kind}: "
+                         + ("drop --vision for text models" if vision else "add --vision for VLMs")) from None
     return model, processing_class
 
 

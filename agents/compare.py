@@ -1,0 +1,208 @@
+r"""Compare agents on the same scenarios, seeds and metrics: ``python -m agents.compare`` (or ``carla-gym compare``).
+
+Usage:
+    python -m agents.compare                                    # scripted agents, full trolley suite
+    python -m agents.compare --agents oracle random ppo=sb3:runs/ppo sac=sb3:runs/sac llm=llm:runs/grpo \\
+        --scenario micro micro_deadzone action_bias --seeds 0 1 2 --episodes 2 --workers 2
+    python -m agents.compare --agents gpt=openai:gpt-4.1-mini@https://api.openai.com/v1 --out results/gpt
+    python -m agents.compare --out results/compare --resume     # continue a killed run
+
+Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
+scored with upstream's rubric. Writes into ``--out``: config.json, episodes.jsonl (one record per
+episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md and
+summary.csv (per agent and scenario, with 95% intervals; framing consistency), the plots
+success_by_scenario.png, actions.png and casualties.png, and with ``--videos`` GIFs under
+videos/. Agent specs are listed in `agents.specs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from itertools import cycle
+from pathlib import Path
+
+from carla_gym.cli_args import arg, parser_for
+from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
+
+DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
+
+
+@dataclass
+class Args:
+    """Command-line arguments: each field is a flag (--agents, --scenario, ...)."""
+
+    agents: list[str] = arg(DEFAULT_AGENTS, "agent specs [label=]kind[:argument]: inaction, brake, swerve_left, "
+                                            "swerve_right, random, oracle, sb3:<run dir>, llm:<model or "
+                                            "train_grpo run>, vlm:<model>, openai:<model>@<base url>")
+    scenario: list[str] = arg(["micro", "micro_deadzone", "action_bias"], "scenario or suite names (micro, "
+                              "micro_deadzone, trainable, probes, mixed, action_bias)")
+    seeds: list[int] = arg([0], "comparison seeds")
+    episodes: int = arg(1, "episodes per agent, scenario and seed")
+    backend: str = arg("embedded", "embedded or openenv (--env-urls)")
+    env_urls: list[str] = arg([], "OpenEnv server URLs for --backend openenv; agent i uses URL i mod len")
+    workers: int = arg(1, "processes for the scripted and SB3 agents (chat agents run in this process)")
+    max_new_tokens: int = arg(256, "token budget of one chat turn (llm, vlm, openai agents)")
+    max_tool_calling_iterations: int = arg(10, "turns whose tool calls run (chat agents, as in train_grpo.py)")
+    videos: list[str] = arg([], "scenarios to film: a GIF of each agent's first episode of each (videos/)")
+    video_view: str = arg("front", "camera of the videos: front, birdeye or topdown")
+    out: str = arg("results/compare", "output directory")
+    resume: bool = arg(False, "continue the run in --out: skip the episodes already in episodes.jsonl")
+    overwrite: bool = arg(False, "replace the results in --out")
+    progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """Parse ``argv`` into `Args`."""
+    return Args(**vars(parser_for(Args, prog="python -m agents.compare",
+                                  description=__doc__.splitlines()[0]).parse_args(argv)))
+
+
+def resolve(args: Args):
+    """Check the arguments; returns ``(args, specs)``. Exits naming the bad flag."""
+    from agents.specs import parse_spec
+    from carla_gym.sim.render import VIEWS
+    from carla_gym.suites import resolve_scenarios
+
+    args = dataclasses.replace(args)
+    try:
+        args.scenario = list(resolve_scenarios(args.scenario))
+        args.videos = list(resolve_scenarios(args.videos)) if args.videos else []
+        specs = [parse_spec(a) for a in args.agents]
+    except ValueError as exc:
+        sys.exit(f"agents.compare: {exc}")
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        sys.exit(f"--agents: labels must be unique, got {labels}; name them label=spec")
+    if args.backend not in ("embedded", "openenv"):
+        sys.exit(f"--backend {args.backend!r}: choose embedded or openenv")
+    if args.backend == "openenv" and not args.env_urls:
+        sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
+    if args.video_view not in VIEWS:
+        sys.exit(f"--video-view {args.video_view!r}: choose one of {list(VIEWS)}")
+    for flag, value, low in (("--episodes", args.episodes, 1), ("--workers", args.workers, 1),
+                             ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0)):
+        if value < low:
+            sys.exit(f"{flag} {value}: must be >= {low}")
+    if not args.seeds or len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
+        sys.exit(f"--seeds {args.seeds}: give distinct seeds >= 0")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        sys.exit(f"--out {out}: exists and is not a directory")
+    if args.resume and args.overwrite:
+        sys.exit("--resume and --overwrite exclude each other")
+    if out.exists() and any(out.iterdir()) and not (args.resume or args.overwrite):
+        sys.exit(f"{out} is not empty; pass --resume to continue the run in it, --overwrite to replace it, or "
+                 "choose another --out")
+    if args.overwrite and out.exists() and any(out.iterdir()) and not (out / "episodes.jsonl").is_file():
+        sys.exit(f"--overwrite {out}: refusing to replace a folder without episodes.jsonl; choose another --out")
+    return args, specs
+
+
+# -- worker processes -----------------------------------------------------------------------------
+_AGENTS: dict = {}
+
+
+def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
+    """Play one episode in a worker (agents are built once per process)."""
+    from agents.specs import build_agent
+
+    key = (spec, base_url)
+    if key not in _AGENTS:
+        _AGENTS[key] = build_agent(spec, base_url, **settings)
+    return _AGENTS[key].play(scenario, seed, episode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; returns the exit code."""
+    import multiprocessing
+    import shutil
+
+    from agents.records import EpisodeLog, key_of
+    from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows
+
+    args, specs = resolve(parse_args(argv))
+    out = Path(args.out)
+    if args.overwrite and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = EpisodeLog(out / "episodes.jsonl")
+    try:
+        done = {key_of(r) for r in log.read()}
+    except ValueError as exc:
+        sys.exit(f"--resume: {exc}")
+    write_json_atomic(out / "config.json", dataclasses.asdict(args))
+    urls = cycle(args.env_urls) if args.env_urls else cycle([None])
+    agent_urls = {spec.label: next(urls) for spec in specs}
+    settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations}
+    todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario for seed in args.seeds
+            for episode in range(args.episodes) if (spec.label, scenario, seed, episode) not in done]
+    print(f"{len(todo)} episodes to play ({len(done)} already in {log.path})", file=sys.stderr)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), unit="ep", disable=not (args.progress_bar or sys.stderr.isatty()))
+    try:
+        parallel = [t for t in todo if t[0].parallel]
+        if args.workers > 1 and parallel:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
+                pending = {pool.submit(_play, spec, agent_urls[spec.label], settings, *rest)
+                           for spec, *rest in parallel}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        log.append(future.result())
+                        bar.update()
+            todo = [t for t in todo if not t[0].parallel]
+        for spec, *rest in todo:
+            log.append(_play(spec, agent_urls[spec.label], settings, *rest))
+            bar.update()
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished episodes are in {log.path}; continue with --resume", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+        for agent in _AGENTS.values():
+            agent.close()
+        _AGENTS.clear()
+
+    labels = [s.label for s in specs]
+    wanted = {(s.label, sc, seed, e) for s in specs for sc in args.scenario for seed in args.seeds
+              for e in range(args.episodes)}
+    records = [r for r in log.read() if key_of(r) in wanted]
+    rows = summary_rows(records, labels, args.scenario)
+    consistency = framing_consistency(records, labels)
+    write_csv_atomic(out / "summary.csv", COLUMNS, csv_rows(rows))
+    table = markdown(rows, consistency)
+    write_text_atomic(out / "summary.md", table)
+    from agents.plots import plot_all
+
+    plot_all(rows, out)
+    if args.videos:
+        from agents.video import write_gif
+
+        (out / "videos").mkdir(exist_ok=True)
+        by_key = {key_of(r): r for r in records}
+        for spec in specs:
+            for scenario in args.videos:
+                record = by_key.get((spec.label, scenario, args.seeds[0], 0))
+                if record is not None:
+                    ticks = 10
+                    if spec.kind == "sb3":
+                        from agents.sb3 import SB3Policy
+
+                        ticks = SB3Policy(spec.argument).env_kwargs["ticks_per_action"]
+                    safe = spec.label.replace("/", "_").replace(":", "_")
+                    write_gif(record, out / "videos" / f"{safe}__{scenario}.gif", args.video_view, ticks)
+    print(table)
+    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, actions.png, "
+          "casualties.png" + (", videos/" if args.videos else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

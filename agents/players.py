@@ -1,0 +1,122 @@
+"""Agents for the comparison harness: one interface over Gymnasium policies and tool-calling chat models.
+
+Every agent has a ``name`` and ``play(scenario, seed, episode) -> record`` (`agents.records`):
+it resets its environment to ``scenario`` with the env seed ``episode_seed(seed, episode)``,
+plays the episode to its end and reports the outcome and what it did.
+
+- `GymAgent`: a policy ``act(observation, info) -> action`` (scripted, random, SB3) stepping
+  `CarlaTrolley-v0` (rubric reward, 10 ticks per decision unless the SB3 run trained with another
+  value).
+- `ChatAgent`: a `carla_gym.llm.rollout.ChatPolicy` (local transformers model or an
+  OpenAI-compatible endpoint) calling the tools of `carla_gym.llm.CarlaToolEnv`, with the same
+  instruction, tools and play-out as `train_grpo.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import carla_gym  # noqa: F401  (registers the env ids)
+from agents.records import episode_seed, outcome_record
+from carla_gym.envs.spaces import TOOL_ACTIONS
+
+
+class RandomAgent:
+    """Uniformly random tool actions, seeded by the episode (call `reset` with the env seed)."""
+
+    def __init__(self) -> None:
+        self._rng = np.random.default_rng(0)
+
+    def reset(self, seed: int) -> None:
+        """Restart the random stream for an episode."""
+        self._rng = np.random.default_rng(seed)
+
+    def act(self, observation, info: dict) -> int:
+        """A tool index in [0, 4)."""
+        return int(self._rng.integers(len(TOOL_ACTIONS)))
+
+
+def action_name(action) -> str | list[float]:
+    """A JSON-able name of a Gymnasium action: the tool name, or ``[steer, pedal]`` for control."""
+    if np.ndim(action) == 0:
+        return TOOL_ACTIONS[int(action)]
+    return [float(v) for v in np.asarray(action).ravel()]
+
+
+class GymAgent:
+    """A policy acting in `CarlaTrolley-v0`.
+
+    Args:
+        name: Label in the results.
+        policy: ``act(observation, info) -> action``; ``reset(seed)`` is called first if present.
+        env_kwargs: `gym.make` keyword arguments (action/observation mode, ticks_per_action, ...);
+            the reward is always the rubric.
+    """
+
+    def __init__(self, name: str, policy, env_kwargs: dict | None = None) -> None:
+        self.name, self.policy = name, policy
+        self.env_kwargs = {**(env_kwargs or {}), "reward_mode": "rubric"}
+        self._env = None
+
+    def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
+        """Play one episode; see the module docstring."""
+        if self._env is None:
+            self._env = gym.make("CarlaTrolley-v0", scenario=scenario, **self.env_kwargs)
+        start = time.perf_counter()
+        env_seed = episode_seed(seed, episode)
+        obs, info = self._env.reset(seed=env_seed, options={"scenario": scenario})
+        if hasattr(self.policy, "reset"):
+            self.policy.reset(env_seed)
+        total, actions, done = 0.0, [], False
+        while not done:
+            action = self.policy.act(obs, info)
+            actions.append(action_name(action))
+            obs, reward, terminated, truncated, info = self._env.step(action)
+            total += reward
+            done = terminated or truncated
+        return outcome_record(self.name, scenario, seed, episode, info["outcome"], total, actions,
+                              time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Close the environment."""
+        if self._env is not None:
+            self._env.close()
+
+
+class ChatAgent:
+    """A tool-calling chat model driving `carla_gym.llm.CarlaToolEnv`.
+
+    Args:
+        name: Label in the results.
+        chat: The chat policy (`carla_gym.llm.rollout.TransformersChat`, `agents.llm.OpenAIChat`).
+        vision: Tools return camera images (VLMs).
+        max_tool_calling_iterations: Turns whose tool calls run (as in training).
+        base_url: OpenEnv server URL; None: embedded simulator.
+    """
+
+    def __init__(self, name: str, chat, vision: bool = False, max_tool_calling_iterations: int = 10,
+                 base_url: str | None = None) -> None:
+        from carla_gym.llm.tools import CarlaToolEnv
+
+        self.name, self.chat, self.max_tool_calling_iterations = name, chat, max_tool_calling_iterations
+        self._env = CarlaToolEnv(vision=vision, base_url=base_url)
+
+    def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
+        """Play one episode; see the module docstring."""
+        from carla_gym.llm.rollout import play_episode
+
+        result = play_episode(self.chat, self._env, scenario, episode_seed(seed, episode),
+                              self.max_tool_calling_iterations)
+        record = outcome_record(self.name, scenario, seed, episode, self._env.info["outcome"], result["reward"],
+                                self._env.actions, result["wall_time_s"], result["tool_failures"],
+                                result["parse_failures"])
+        record["turns"] = result["turns"]
+        return record
+
+    def close(self) -> None:
+        """Close the environment."""
+        self._env._close()

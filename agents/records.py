@@ -1,0 +1,90 @@
+"""Episode records: one flat dict per episode, the same fields for every kind of agent, kept in JSONL.
+
+A record has ``agent``, ``scenario``, ``seed``, ``episode`` (the key), the scenario's outcome
+(``reward`` = upstream rubric return, ``success``, ``trolley_action``, ``expected_pedestrians_hit``,
+``actual_pedestrians_hit``, ``collision``, ``road_departure``, ``ethical_choice``, ``is_probe``,
+``framing``), what the agent did (``decisions``: env steps or tool calls, ``actions``: their
+names, ``tool_failures``, ``parse_failures``) and ``wall_time_s``.
+
+`EpisodeLog` appends records to a JSONL file as they finish (one ``write`` and ``flush`` per line,
+so a killed run keeps every finished episode) and, on resume, reads them back, dropping a torn
+last line left by a kill in the middle of a write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+KEY = ("agent", "scenario", "seed", "episode")
+"""Fields that identify an episode in a comparison."""
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """The env seed of episode ``episode`` under comparison seed ``seed`` (``1000 * seed + episode``)."""
+    return 1000 * seed + episode
+
+
+def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: dict, reward: float,
+                   actions: list[str], wall_time_s: float, tool_failures: int = 0,
+                   parse_failures: int = 0) -> dict[str, Any]:
+    """Build a record from an env outcome (``info["outcome"]``) and the episode's actions."""
+    return {
+        "agent": agent, "scenario": scenario, "seed": seed, "episode": episode,
+        "reward": float(reward), "success": bool(outcome["success"]), "trolley_action": outcome["trolley_action"],
+        "expected_pedestrians_hit": outcome["expected_pedestrians_hit"],
+        "actual_pedestrians_hit": outcome["actual_pedestrians_hit"],
+        "collision": outcome["actual_pedestrians_hit"] > 0, "road_departure": bool(outcome["road_departure"]),
+        "ethical_choice": outcome["ethical_choice"], "is_probe": bool(outcome["is_probe"]),
+        "framing": outcome["framing"], "decisions": len(actions), "actions": list(actions),
+        "tool_failures": int(tool_failures), "parse_failures": int(parse_failures),
+        "wall_time_s": float(wall_time_s),
+    }
+
+
+def key_of(record: dict) -> tuple:
+    """The record's `KEY` tuple."""
+    return tuple(record[k] for k in KEY)
+
+
+class EpisodeLog:
+    """Append-only JSONL of episode records.
+
+    Args:
+        path: The file; created on the first write.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def read(self) -> list[dict]:
+        """All complete records; a torn last line (no newline, or not JSON) is cut off the file.
+
+        Raises:
+            ValueError: A malformed line before the last one (the file is not a record log).
+        """
+        if not self.path.exists():
+            return []
+        data = self.path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):  # killed mid-write: drop the partial line so appends start clean
+            with open(self.path, "r+b") as f:
+                f.truncate(end)
+        records = []
+        for number, line in enumerate(data[:end].decode().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{self.path}:{number} is not a JSON record ({exc}); is this an episodes.jsonl "
+                                 "written by agents.compare?") from None
+        return records
+
+    def append(self, record: dict) -> None:
+        """Write one record as a line and flush it to the OS."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()

@@ -1,0 +1,97 @@
+"""Agent specifications on the command line: ``[label=]kind[:argument]``.
+
+| Spec | Agent |
+|---|---|
+| ``inaction``, ``brake``, ``swerve_left``, ``swerve_right``, ``oracle`` | scripted (`agents.scripted`) |
+| ``random`` | uniformly random tool actions, seeded per episode |
+| ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC) |
+| ``llm:<model>`` | a local transformers model, ``train_grpo.py`` run directory, adapter, hub id or ``tiny-random`` |
+| ``vlm:<model>`` | the same, loaded as a VLM (tools return camera images) |
+| ``openai:<model>@<base url>`` | an OpenAI-compatible chat endpoint; key from ``$OPENAI_API_KEY`` |
+
+The label defaults to the spec itself (``sb3:runs/ppo``); ``ppo=sb3:runs/ppo`` names it ``ppo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.scripted import SCRIPTED_AGENTS
+
+GYM_KINDS = (*SCRIPTED_AGENTS, "random", "sb3")
+CHAT_KINDS = ("llm", "vlm", "openai")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """A parsed agent spec: ``label``, ``kind`` and ``argument`` (empty for scripted agents)."""
+
+    label: str
+    kind: str
+    argument: str = ""
+
+    @property
+    def parallel(self) -> bool:
+        """Whether episodes may run in worker processes (scripted and SB3 agents)."""
+        return self.kind in GYM_KINDS
+
+
+def parse_spec(text: str) -> AgentSpec:
+    """Parse ``[label=]kind[:argument]``.
+
+    Raises:
+        ValueError: An unknown kind, or a missing or unexpected argument (the message lists the valid forms).
+    """
+    label, sep, body = text.partition("=")
+    if not sep:
+        label, body = text, text
+    kind, _, argument = body.partition(":")
+    valid = (f"valid: {', '.join(SCRIPTED_AGENTS)}, random, sb3:<run dir>, llm:<model>, vlm:<model>, "
+             "openai:<model>@<base url>, each optionally as label=spec")
+    if kind not in GYM_KINDS + CHAT_KINDS:
+        raise ValueError(f"agent {text!r}: unknown kind {kind!r}; {valid}")
+    if kind in (*SCRIPTED_AGENTS, "random") and argument:
+        raise ValueError(f"agent {text!r}: {kind} takes no argument; {valid}")
+    if kind not in (*SCRIPTED_AGENTS, "random") and not argument:
+        raise ValueError(f"agent {text!r}: {kind} needs an argument; {valid}")
+    if kind == "openai" and "@" not in argument:
+        raise ValueError(f"agent {text!r}: write openai:<model>@<base url>, e.g. openai:gpt-4.1-mini@https://api.openai.com/v1")
+    if not label:
+        raise ValueError(f"agent {text!r}: empty label before '='")
+    return AgentSpec(label, kind, argument)
+
+
+def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: int = 256,
+                max_tool_calling_iterations: int = 10):
+    """Construct the agent of ``spec`` (`agents.players.GymAgent` or `agents.players.ChatAgent`).
+
+    Args:
+        spec: The parsed spec.
+        base_url: OpenEnv server for the agent's environment; None: embedded simulator.
+        max_new_tokens: Token budget of one chat turn (chat agents).
+        max_tool_calling_iterations: Turns whose tool calls run (chat agents).
+    """
+    from agents.players import ChatAgent, GymAgent, RandomAgent
+
+    env = {"backend": "openenv", "base_url": base_url} if base_url else {}
+    if spec.kind in SCRIPTED_AGENTS:
+        return GymAgent(spec.label, SCRIPTED_AGENTS[spec.kind](), {**env, "observation_mode": "state"})
+    if spec.kind == "random":
+        return GymAgent(spec.label, RandomAgent(), {**env, "observation_mode": "state"})
+    if spec.kind == "sb3":
+        from agents.sb3 import SB3Policy
+
+        policy = SB3Policy(spec.argument)
+        return GymAgent(spec.label, policy, {**env, **policy.env_kwargs})
+    if spec.kind == "openai":
+        from agents.llm import OpenAIChat
+
+        model, _, url = spec.argument.partition("@")
+        chat, vision = OpenAIChat(model, url, max_tokens=max_new_tokens), False
+    else:
+        from agents.llm import load_local_chat
+
+        chat, vision = load_local_chat(spec.argument, vision=True if spec.kind == "vlm" else None,
+                                       max_new_tokens=max_new_tokens)
+    return ChatAgent(spec.label, chat, vision=vision, max_tool_calling_iterations=max_tool_calling_iterations,
+                     base_url=base_url)

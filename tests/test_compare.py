@@ -1,0 +1,321 @@
+"""The comparison harness: agents, records, resume, summary, plots, videos, LLM and endpoint agents."""
+
+from __future__ import annotations
+
+import csv
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from agents import compare  # noqa: E402
+from agents.records import EpisodeLog, episode_seed, key_of  # noqa: E402
+from agents.specs import build_agent, parse_spec  # noqa: E402
+from agents.summary import framing_consistency, summary_rows, wilson  # noqa: E402
+from agents.video import replay_frames, write_gif  # noqa: E402
+from carla_gym.suites import SUITES  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTED = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+
+
+def _stable(records: list[dict]) -> list[dict]:
+    """Records without wall time, sorted by key: what must match across runs."""
+    return sorted(({k: v for k, v in r.items() if k != "wall_time_s"} for r in records), key=key_of)
+
+
+@pytest.fixture(scope="module")
+def scripted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "scripted"
+    assert compare.main(["--agents", *SCRIPTED, "--scenario", "micro", "action_bias", "--seeds", "0", "1",
+                         "--out", str(out)]) == 0
+    return out
+
+
+def test_oracle_scores_the_maximum_on_every_trainable_scenario(scripted_run, upstream_micro):
+    oracle = [r for r in _records(scripted_run) if r["agent"] == "oracle"]
+    for name in SUITES["trainable"]:
+        mine = [r for r in oracle if r["scenario"] == name]
+        assert len(mine) == 2 and all(r["reward"] == 1.0 and r["success"] for r in mine), name
+        outcomes = upstream_micro[name.removeprefix("trolley_micro_")]["outcomes"]
+        fewest = min(o["pedestrians_hit"] for o in outcomes.values())
+        assert all(r["expected_pedestrians_hit"] == fewest for r in mine), name
+
+
+def test_inaction_scores_exactly_as_the_catalogue_says(scripted_run, upstream_micro):
+    inaction = [r for r in _records(scripted_run) if r["agent"] == "inaction"]
+    for key, data in upstream_micro.items():
+        mine = [r for r in inaction if r["scenario"] == f"trolley_micro_{key}"]
+        assert len(mine) == 2, key
+        for r in mine:
+            assert r["trolley_action"] == "NONE" and set(r["actions"]) == {"observe"}
+            assert r["expected_pedestrians_hit"] == data["outcomes"]["NONE"]["pedestrians_hit"]
+            assert r["reward"] == (1.0 if r["is_probe"] else 0.0)  # inaction never reduces its own casualties
+    saves = [r for r in inaction if r["scenario"] == "trolley_saves"]
+    assert [r["reward"] for r in saves] == [-1.0, -1.0]  # action_bias: doing nothing is the worse choice
+
+
+def test_summary_files_agree_with_the_records(scripted_run):
+    records = _records(scripted_run)
+    assert len(records) == len(SCRIPTED) * (len(SUITES["micro"]) + len(SUITES["action_bias"])) * 2
+    assert len({key_of(r) for r in records}) == len(records)
+    rows = {(r["agent"], r["scenario"]): r for r in csv.DictReader(
+        (scripted_run / "summary.csv").read_text().splitlines())}
+    swerve = [r for r in records if r["agent"] == "swerve_left"]
+    row = rows[("swerve_left", "all")]
+    assert int(row["episodes"]) == len(swerve)
+    assert float(row["mean_reward"]) == pytest.approx(sum(r["reward"] for r in swerve) / len(swerve))
+    assert float(row["share_SWERVE_LEFT"]) == 1.0
+    table = (scripted_run / "summary.md").read_text()
+    assert "| oracle | all | 30 | 1.00 ± 0.00 | 100% [89%, 100%] |" in table
+    for png in ("success_by_scenario.png", "actions.png", "casualties.png"):
+        assert (scripted_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    config = json.loads((scripted_run / "config.json").read_text())
+    assert config["seeds"] == [0, 1] and config["scenario"][0] == "trolley_micro_classic_3v1"
+
+
+def test_results_are_identical_across_runs_and_worker_counts(scripted_run, tmp_path):
+    out = tmp_path / "again"
+    assert compare.main(["--agents", *SCRIPTED, "--scenario", "micro", "action_bias", "--seeds", "0", "1",
+                         "--workers", "2", "--out", str(out)]) == 0
+    assert _stable(_records(out)) == _stable(_records(scripted_run))
+    strip = lambda p: [line.rsplit(",", 1)[0] for line in p.read_text().splitlines()]  # noqa: E731 - wall_ms last
+    assert strip(out / "summary.csv") == strip(scripted_run / "summary.csv")
+
+
+def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path):
+    out = tmp_path / "killed"
+    argv = ["--agents", "random", "swerve_right", "--scenario", "micro", "--seeds", "0", "1", "2", "--episodes", "6"]
+    proc = subprocess.Popen([sys.executable, "-m", "agents.compare", *argv, "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        log = out / "episodes.jsonl"
+        if log.exists() and log.read_text().count("\n") >= 20:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = _records(out)
+    total = 2 * len(SUITES["micro"]) * 3 * 6
+    assert 20 <= len(before) < total
+    with open(out / "episodes.jsonl", "a") as f:
+        f.write('{"agent": "random", "scenario": "trolley_mi')  # a kill in the middle of a write
+    assert compare.main([*argv, "--out", str(out), "--resume"]) == 0
+    after = _records(out)
+    assert len(after) == total and len({key_of(r) for r in after}) == total
+    assert after[:len(before)] == before  # finished episodes are kept as they were
+    clean = tmp_path / "clean"
+    assert compare.main([*argv, "--out", str(clean)]) == 0
+    assert _stable(after) == _stable(_records(clean))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--agents", "nobody"], "unknown kind 'nobody'"),
+    (["--agents", "oracle", "oracle"], "labels must be unique"),
+    (["--agents", "sb3"], "sb3 needs an argument"),
+    (["--agents", "openai:gpt"], "write openai:<model>@<base url>"),
+    (["--scenario", "nope"], "agents.compare: "),
+    (["--seeds", "1", "1"], "give distinct seeds"),
+    (["--backend", "openenv"], "needs --env-urls"),
+    (["--episodes", "0"], "--episodes 0: must be >= 1"),
+])
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        compare.main([*argv, "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_non_empty_output_needs_resume_or_overwrite(scripted_run):
+    with pytest.raises(SystemExit, match="pass --resume"):
+        compare.main(["--agents", "oracle", "--out", str(scripted_run)])
+
+
+def test_wilson_interval_and_framing_consistency():
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0
+    low, high = wilson(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    base = {"success": True, "reward": 1.0, "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
+            "collision": False, "road_departure": False, "ethical_choice": "utilitarian", "decisions": 1,
+            "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a"}
+    records = [{**base, "scenario": "trolley_micro_consistency_a", "episode": e, "trolley_action": "SWERVE_LEFT"}
+               for e in range(4)]
+    records += [{**base, "scenario": "trolley_micro_consistency_b", "episode": e,
+                 "trolley_action": "SWERVE_LEFT" if e < 3 else "BRAKE", "reward": 0.0 if e == 3 else 1.0}
+                for e in range(4)]
+    assert framing_consistency(records, ["a"]) == {"a": (0.75, 4)}
+    rows = summary_rows(records, ["a"], ["trolley_micro_consistency_b"])
+    assert rows[0]["mean_reward"] == 0.75 and rows[0]["reward_ci95"] == pytest.approx(1.96 * 0.5 / 2)
+    assert rows[1]["scenario"] == "all" and rows[1]["episodes"] == 8
+
+
+def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
+    log = EpisodeLog(tmp_path / "e.jsonl")
+    log.append({"a": 1})
+    (tmp_path / "e.jsonl").write_text('{"a": 1}\n{"a": ')
+    assert log.read() == [{"a": 1}] and (tmp_path / "e.jsonl").read_text() == '{"a": 1}\n'
+    (tmp_path / "e.jsonl").write_text("not json\n{}\n")
+    with pytest.raises(ValueError, match="e.jsonl:1 is not a JSON record"):
+        log.read()
+
+
+# -- replays and videos -----------------------------------------------------------------------------
+def test_replays_reproduce_recorded_episodes_and_write_gifs(scripted_run, tmp_path):
+    records = [r for r in _records(scripted_run) if r["seed"] == 1 and r["agent"] in ("random", "oracle")]
+    for record in records:
+        _, outcome = replay_frames(record, size=(64, 36))
+        assert outcome["trolley_action"] == record["trolley_action"], record
+        assert outcome["actual_pedestrians_hit"] == record["actual_pedestrians_hit"], record
+        assert outcome["road_departure"] == record["road_departure"], record
+    control = {"agent": "c", "scenario": "trolley_micro_escape_exists", "seed": 0, "episode": 0,
+               "actions": [[-0.6, 0.2], [0.0, -1.0], [0.0, -1.0]]}
+    agent = build_agent(parse_spec("inaction"))
+    env = agent._env = __import__("gymnasium").make("CarlaTrolley-v0", action_mode="control",
+                                                    observation_mode="state")
+    env.reset(seed=episode_seed(0, 0), options={"scenario": control["scenario"]})
+    for action in control["actions"]:
+        _, _, done, _, info = env.step(action)
+    while not done:
+        _, _, done, _, info = env.step([0.0, -1.0])
+    frames, outcome = replay_frames({**control, "actions": control["actions"] + [[0.0, -1.0]] * 10}, size=(64, 36))
+    assert outcome == info["outcome"] and len(frames) == info["tick"] + 1
+    path = write_gif(records[0], tmp_path / "x.gif", view="birdeye")
+    assert path.read_bytes()[:6] in (b"GIF87a", b"GIF89a")
+
+
+# -- trained agents: SB3 runs, a train_grpo.py LoRA run, an OpenAI-compatible endpoint ----------------
+@pytest.fixture(scope="module")
+def sb3_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sb3")
+    common = ["--n-envs", "2", "--eval-episodes", "1", "--eval-freq", "100000", "--checkpoint-freq", "100000"]
+    for name, extra in (("ppo", ["--total-timesteps", "128", "--hp", "n_steps=64", "batch_size=32"]),
+                        ("sac", ["--algo", "sac", "--total-timesteps", "64", "--hp", "learning_starts=32",
+                                 "batch_size=16"])):
+        proc = subprocess.run([sys.executable, str(REPO / "train_sb3.py"), *common, *extra, "--output-dir",
+                               str(root / name)], capture_output=True, text=True, timeout=900, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def grpo_run(tmp_path_factory):
+    import train_grpo
+
+    out = tmp_path_factory.mktemp("grpo") / "run"
+    assert train_grpo.main(["--model", "tiny-random", "--lora", "--lora-r", "4", "--dataset-size", "2",
+                            "--num-generations", "2", "--per-device-train-batch-size", "2", "--max-completion-length",
+                            "64", "--max-steps", "1", "--learning-rate", "0.01", "--eval-episodes", "1",
+                            "--eval-max-new-tokens", "8", "--output-dir", str(out)]) == 0
+    return out
+
+
+def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs, grpo_run, tmp_path):
+    out = tmp_path / "all"
+    agents = ["oracle", f"ppo=sb3:{sb3_runs / 'ppo'}", f"sac=sb3:{sb3_runs / 'sac'}", f"llm=llm:{grpo_run}"]
+    assert compare.main(["--agents", *agents, "--scenario", "trolley_micro_escape_exists", "trolley_saves",
+                         "--max-new-tokens", "8", "--videos", "trolley_saves", "--out", str(out)]) == 0
+    records = _records(out)
+    assert sorted((r["agent"], r["scenario"]) for r in records) == sorted(
+        (a, s) for a in ("oracle", "ppo", "sac", "llm") for s in ("trolley_micro_escape_exists", "trolley_saves"))
+    sac = [r for r in records if r["agent"] == "sac"]
+    assert all(isinstance(a, list) and len(a) == 2 for r in sac for a in r["actions"])  # control actions
+    llm = [r for r in records if r["agent"] == "llm"]
+    assert all("turns" in r and r["decisions"] == len(r["actions"]) for r in llm)
+    # the harness and train_grpo.py's own evaluation play the adapter the same way (greedy, same seeds)
+    trained = {r["scenario"]: r for r in map(json.loads, (grpo_run / "eval.jsonl").read_text().splitlines())}
+    assert trained["trolley_micro_escape_exists"]["reward"] == [
+        r for r in llm if r["scenario"] == "trolley_micro_escape_exists"][0]["reward"]
+    gifs = sorted(p.name for p in (out / "videos").iterdir())
+    assert gifs == [f"{a}__trolley_saves.gif" for a in ("llm", "oracle", "ppo", "sac")]
+
+
+class _StubEndpoint(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible /chat/completions stub: swerve left, then a malformed call, then stop."""
+
+    requests: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        if turn == 0:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_a", "type": "function",
+                 "function": {"name": "lane_change", "arguments": '{"direction": "left"}'}}]}
+        elif turn == 1:
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_b", "type": "function", "function": {"name": "observe", "arguments": "{oops"}}]}
+        else:
+            message = {"role": "assistant", "content": "Swerved left."}
+        data = json.dumps({"choices": [{"index": 0, "message": message}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_openai_compatible_endpoint_agent_with_tool_call_ids_and_parse_failures(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StubEndpoint)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = tmp_path / "endpoint"
+        assert compare.main(["--agents", f"stub=openai:tiny@{url}", "--scenario", "trolley_micro_escape_exists",
+                             "--out", str(out)]) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    (record,) = _records(out)
+    assert record["reward"] == 1.0 and record["actions"] == ["lane_change_left"] and record["parse_failures"] == 1
+    first, second = _StubEndpoint.requests[:2]
+    assert first["model"] == "tiny" and first["temperature"] == 0.0
+    assert sorted(t["function"]["name"] for t in first["tools"]) == ["emergency_stop", "lane_change", "observe"]
+    assert first["messages"][0]["content"].startswith("You are the driving policy")
+    call, result = second["messages"][1], second["messages"][2]
+    assert call["tool_calls"][0]["id"] == "call_a" and call["tool_calls"][0]["function"]["arguments"] == \
+        '{"direction": "left"}'
+    assert result["role"] == "tool" and result["tool_call_id"] == "call_a" and result["content"].startswith("Speed:")
+
+
+def test_unreachable_endpoint_names_the_url(tmp_path):
+    from agents.llm import OpenAIChat
+
+    chat = OpenAIChat("m", "http://127.0.0.1:9/v1", timeout_s=5)
+    with pytest.raises(RuntimeError, match=r"chat endpoint http://127.0.0.1:9/v1/chat/completions failed"):
+        chat([{"role": "user", "content": "hi"}], [])
+
+
+def test_carla_gym_compare_command_dispatches(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "carla_gym.cli", "compare", "--agents", "oracle", "--scenario",
+                           "trolley_saves", "--out", str(tmp_path / "c")], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "| oracle | trolley_saves | 1 | 1.00 |" in proc.stdout
+
+
+def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run, openenv_server_url,
+                                                                   tmp_path):
+    out = tmp_path / "remote"
+    argv = ["--agents", "oracle", "random", "--scenario", "trolley_micro_classic_5v1", "bias_3v1", "--seeds", "0", "1"]
+    assert compare.main([*argv, "--backend", "openenv", "--env-urls", openenv_server_url, "--out", str(out)]) == 0
+    local = [r for r in _records(scripted_run) if r["agent"] in ("oracle", "random")
+             and r["scenario"] in ("trolley_micro_classic_5v1", "bias_3v1")]
+    assert _stable(_records(out)) == _stable(local) and len(local) == 8
