@@ -37,7 +37,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.cli_args import arg, parser_for
+from carla_gym.cli_args import arg, check_url, parser_for
 from carla_gym.io import write_csv_atomic, write_json_atomic
 
 DEFAULT_TEXT_MODEL = "Qwen/Qwen3-0.6B"  # TRL's CARLA example (examples/scripts/openenv/carla.py)
@@ -170,22 +170,6 @@ def resolve(args: Args) -> Args:
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_grpo.py run directory "
                      "(its config.json does not say script: train_grpo.py); choose another --output-dir")
     return args
-
-
-def check_url(url: str, timeout_s: float = 5.0) -> None:
-    """Exit with a message unless ``url`` is an http(s) URL whose host accepts connections."""
-    import socket
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https", "ws", "wss") or not parsed.hostname:
-        sys.exit(f"--env-urls {url!r}: expected a URL such as http://127.0.0.1:8000")
-    port = parsed.port or (443 if parsed.scheme in ("https", "wss") else 80)
-    try:
-        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
-    except OSError as exc:
-        sys.exit(f"--env-urls {url}: cannot connect ({exc}); is a server running there (carla-gym serve --port "
-                 f"{port})?")
 
 
 def is_run_dir(path: Path) -> bool:

@@ -18,13 +18,17 @@ videos/. Agent specs are listed in `agents.specs`.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import cycle
 from pathlib import Path
 
-from carla_gym.cli_args import arg, parser_for
+from agents.records import MAX_EPISODES
+from carla_gym.cli_args import arg, check_url, parser_for
 from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
@@ -54,15 +58,15 @@ class Args:
     progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
+def parse_args(argv: list[str] | None = None, prog: str = "python -m agents.compare") -> Args:
     """Parse ``argv`` into `Args`."""
-    return Args(**vars(parser_for(Args, prog="python -m agents.compare",
-                                  description=__doc__.splitlines()[0]).parse_args(argv)))
+    description = __doc__.splitlines()[0].replace("``", "")
+    return Args(**vars(parser_for(Args, prog=prog, description=description).parse_args(argv)))
 
 
 def resolve(args: Args):
     """Check the arguments; returns ``(args, specs)``. Exits naming the bad flag."""
-    from agents.specs import parse_spec
+    from agents.specs import check_spec, parse_spec
     from carla_gym.sim.render import VIEWS
     from carla_gym.suites import resolve_scenarios
 
@@ -71,8 +75,13 @@ def resolve(args: Args):
         args.scenario = list(resolve_scenarios(args.scenario))
         args.videos = list(resolve_scenarios(args.videos)) if args.videos else []
         specs = [parse_spec(a) for a in args.agents]
+        for spec in specs:
+            check_spec(spec)
     except ValueError as exc:
         sys.exit(f"agents.compare: {exc}")
+    unplayed = [v for v in args.videos if v not in args.scenario]
+    if unplayed:
+        sys.exit(f"--videos {unplayed}: not among the --scenario list, so there is no episode to film")
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         sys.exit(f"--agents: labels must be unique, got {labels}; name them label=spec")
@@ -80,8 +89,15 @@ def resolve(args: Args):
         sys.exit(f"--backend {args.backend!r}: choose embedded or openenv")
     if args.backend == "openenv" and not args.env_urls:
         sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
+    if args.backend == "embedded" and args.env_urls:
+        sys.exit("--env-urls is only used with --backend openenv")
+    for url in args.env_urls:
+        check_url(url)
     if args.video_view not in VIEWS:
         sys.exit(f"--video-view {args.video_view!r}: choose one of {list(VIEWS)}")
+    if args.episodes > MAX_EPISODES:
+        sys.exit(f"--episodes {args.episodes}: at most {MAX_EPISODES} per seed (env seeds are 1000 x seed + "
+                 "episode); use more --seeds")
     for flag, value, low in (("--episodes", args.episodes, 1), ("--workers", args.workers, 1),
                              ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0)):
@@ -97,13 +113,39 @@ def resolve(args: Args):
     if out.exists() and any(out.iterdir()) and not (args.resume or args.overwrite):
         sys.exit(f"{out} is not empty; pass --resume to continue the run in it, --overwrite to replace it, or "
                  "choose another --out")
-    if args.overwrite and out.exists() and any(out.iterdir()) and not (out / "episodes.jsonl").is_file():
-        sys.exit(f"--overwrite {out}: refusing to replace a folder without episodes.jsonl; choose another --out")
+    if args.overwrite and out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
+        sys.exit(f"--overwrite {out}: refusing to replace a folder that is not an agents.compare output (no "
+                 "config.json); choose another --out")
+    if args.resume and (out / "config.json").is_file():
+        saved = json.loads((out / "config.json").read_text())
+        changed = {k: (saved.get(k), v) for k, v in dataclasses.asdict(args).items()
+                   if k in RESUME_SAME and saved.get(k) != v}
+        if changed:
+            sys.exit(f"--resume {out}: these settings differ from the run's config.json (saved, now): {changed}; "
+                     "resume with the same ones, or start another --out")
     return args, specs
+
+
+RESUME_SAME = ("agents", "scenario", "seeds", "episodes", "backend", "max_new_tokens", "max_tool_calling_iterations")
+"""Settings a resumed run must keep (the others, such as --workers or --videos, may change)."""
 
 
 # -- worker processes -----------------------------------------------------------------------------
 _AGENTS: dict = {}
+
+
+def _worker_init() -> None:
+    """Workers leave Ctrl-C to the parent and die with it (Linux: PR_SET_PDEATHSIG), so none is orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except OSError:
+            pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
@@ -116,26 +158,42 @@ def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
     return _AGENTS[key].play(scenario, seed, episode)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the comparison; returns the exit code."""
+def main(argv: list[str] | None = None, prog: str = "python -m agents.compare") -> int:
+    """Run the comparison; returns the exit code (130 after Ctrl-C: finished episodes are kept)."""
+    import fcntl
+    import shutil
+
+    args, specs = resolve(parse_args(argv, prog))
+    out = Path(args.out)
+    old = out.with_name(out.name + ".replaced")
+    if args.overwrite and out.exists():  # kept aside until the new run has written its summary
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:  # one run per output directory
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            sys.exit(f"{out} is in use by another agents.compare run")
+        return _run(args, specs, out, old)
+
+
+def _run(args: Args, specs: list, out: Path, old: Path) -> int:
+    """Play the missing episodes, then write the summary, plots and videos (``main`` holds the lock)."""
     import multiprocessing
     import shutil
 
     from agents.records import EpisodeLog, key_of
+    from agents.specs import ticks_per_decision
     from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows
 
-    args, specs = resolve(parse_args(argv))
-    out = Path(args.out)
-    if args.overwrite and out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
     log = EpisodeLog(out / "episodes.jsonl")
     try:
         done = {key_of(r) for r in log.read()}
     except ValueError as exc:
         sys.exit(f"--resume: {exc}")
     write_json_atomic(out / "config.json", dataclasses.asdict(args))
-    urls = cycle(args.env_urls) if args.env_urls else cycle([None])
+    urls = cycle(args.env_urls) if args.backend == "openenv" else cycle([None])
     agent_urls = {spec.label: next(urls) for spec in specs}
     settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations}
     todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario for seed in args.seeds
@@ -145,26 +203,32 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), unit="ep", disable=not (args.progress_bar or sys.stderr.isatty()))
+    pool = None
     try:
         parallel = [t for t in todo if t[0].parallel]
         if args.workers > 1 and parallel:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(args.workers, mp_context=context) as pool:
-                pending = {pool.submit(_play, spec, agent_urls[spec.label], settings, *rest)
-                           for spec, *rest in parallel}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        log.append(future.result())
-                        bar.update()
+            pool = ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_worker_init)
+            pending = {pool.submit(_play, spec, agent_urls[spec.label], settings, *rest) for spec, *rest in parallel}
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    log.append(future.result())
+                    bar.update()
             todo = [t for t in todo if not t[0].parallel]
-        for spec, *rest in todo:
+        for i, (spec, *rest) in enumerate(todo):
             log.append(_play(spec, agent_urls[spec.label], settings, *rest))
             bar.update()
+            if i + 1 == len(todo) or todo[i + 1][0] != spec:  # free a model once its episodes are done
+                agent = _AGENTS.pop((spec, agent_urls[spec.label]), None)
+                if agent is not None:
+                    agent.close()
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished episodes are in {log.path}; continue with --resume", file=sys.stderr)
         return 130
     finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
         for agent in _AGENTS.values():
             agent.close()
@@ -187,17 +251,13 @@ def main(argv: list[str] | None = None) -> int:
 
         (out / "videos").mkdir(exist_ok=True)
         by_key = {key_of(r): r for r in records}
-        for spec in specs:
+        for index, spec in enumerate(specs):
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in spec.label)
             for scenario in args.videos:
-                record = by_key.get((spec.label, scenario, args.seeds[0], 0))
-                if record is not None:
-                    ticks = 10
-                    if spec.kind == "sb3":
-                        from agents.sb3 import SB3Policy
-
-                        ticks = SB3Policy(spec.argument).env_kwargs["ticks_per_action"]
-                    safe = spec.label.replace("/", "_").replace(":", "_")
-                    write_gif(record, out / "videos" / f"{safe}__{scenario}.gif", args.video_view, ticks)
+                record = by_key[(spec.label, scenario, args.seeds[0], 0)]
+                write_gif(record, out / "videos" / f"{index:02d}_{safe}__{scenario}.gif", args.video_view,
+                          ticks_per_decision(spec))
+    shutil.rmtree(old, ignore_errors=True)
     print(table)
     print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, actions.png, "
           "casualties.png" + (", videos/" if args.videos else ""))

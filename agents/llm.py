@@ -21,7 +21,7 @@ def _is_vision_dir(path: Path) -> bool:
 
 
 def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int = 256):
-    """A greedy `carla_gym.llm.rollout.TransformersChat` for ``model`` and whether it is a VLM.
+    """A greedy `carla_gym.llm.rollout.TransformersChat` for ``model`` and its tool-env settings.
 
     Args:
         model: See the module docstring.
@@ -29,18 +29,25 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
         max_new_tokens: Token budget of one turn.
 
     Returns:
-        ``(chat, vision)``.
+        ``(chat, settings)``: ``settings`` has ``vision``, ``ticks_per_tool`` and ``image_size``
+        (a train_grpo.py run's own values; 10 and 256 otherwise).
 
     Raises:
         OSError: The model cannot be loaded (message from `carla_gym.llm.grpo.load_model`).
     """
+    import warnings
+
     from carla_gym.llm.grpo import load_model
     from carla_gym.llm.rollout import TransformersChat
 
+    # TRL 1.16 / transformers 5 deprecation noise on every generation (as in train_grpo.py)
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
     path = Path(model)
+    settings = {"ticks_per_tool": 10, "image_size": 256}
     if (path / "config.json").is_file() and (path / "model").is_dir():  # a train_grpo.py run directory
         args = json.loads((path / "config.json").read_text())["args"]
         vision = args["vision"]
+        settings = {"ticks_per_tool": args["ticks_per_tool"], "image_size": args["image_size"]}
         if args["lora"]:
             from peft import PeftModel
 
@@ -63,7 +70,7 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
             vision = model == "tiny-random-vl" or (path.is_dir() and _is_vision_dir(path))
         net, processing_class = load_model(model, vision)
     net.eval()
-    return TransformersChat(net, processing_class, max_new_tokens=max_new_tokens), vision
+    return TransformersChat(net, processing_class, max_new_tokens=max_new_tokens), {"vision": vision, **settings}
 
 
 class OpenAIChat:
@@ -82,36 +89,47 @@ class OpenAIChat:
         self.model, self.base_url = model, base_url.rstrip("/")
         self.api_key = os.environ.get(api_key_env)
         self.max_tokens, self.timeout_s = max_tokens, timeout_s
-        self._turn = 0
+        import httpx  # noqa: F401  (imported here so the first episode's wall time is the endpoint's)
+        from transformers.utils import get_json_schema  # noqa: F401
 
     def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
         """One assistant turn; malformed tool-call arguments are dropped and flagged ``parse_failed``."""
         import httpx
         from transformers.utils import get_json_schema
 
-        payload = {"model": self.model, "messages": [self._wire(m) for m in messages],
-                   "tools": [get_json_schema(t) for t in tools], "temperature": 0.0, "max_tokens": self.max_tokens}
+        schemas = []
+        for tool in tools:  # transformers' schema (what TRL shows the model) without its non-standard "return"
+            schema = get_json_schema(tool)
+            schema["function"].pop("return", None)
+            schemas.append(schema)
+        payload = {"model": self.model, "messages": [self._wire(m) for m in messages], "tools": schemas,
+                   "temperature": 0.0, "max_tokens": self.max_tokens}
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = f"{self.base_url}/chat/completions"
         try:
             response = httpx.post(url, json=payload, headers=headers, timeout=self.timeout_s)
             response.raise_for_status()
             message = response.json()["choices"][0]["message"]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        except httpx.HTTPStatusError as exc:
+            raise RuntimeError(f"chat endpoint {url} answered {exc.response.status_code}: "
+                               f"{exc.response.text[:500]}") from None
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise RuntimeError(f"chat endpoint {url} failed: {exc!r}") from None
-        self._turn += 1
+        turn = sum(m["role"] == "assistant" for m in messages)  # ids depend on the conversation only
         reply: dict = {"role": "assistant", "content": message.get("content") or ""}
         calls = []
         for i, call in enumerate(message.get("tool_calls") or []):
             try:
-                arguments = json.loads(call["function"].get("arguments") or "{}")
-                if not isinstance(arguments, dict):
-                    raise ValueError(arguments)
+                name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
+                if isinstance(arguments, str):
+                    arguments = json.loads(arguments)
+                if not isinstance(name, str) or not isinstance(arguments, dict):
+                    raise ValueError(call)
             except (ValueError, KeyError, TypeError):
                 reply["parse_failed"] = True
                 continue
-            calls.append({"type": "function", "id": call.get("id") or f"call_{self._turn}_{i}",
-                          "function": {"name": call["function"]["name"], "arguments": arguments}})
+            calls.append({"type": "function", "id": call.get("id") or f"call_{turn}_{i}",
+                          "function": {"name": name, "arguments": arguments}})
         if calls:
             reply["tool_calls"] = calls
         return reply

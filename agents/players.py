@@ -15,6 +15,7 @@ plays the episode to its end and reports the outcome and what it did.
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
 import gymnasium as gym
@@ -26,14 +27,14 @@ from carla_gym.envs.spaces import TOOL_ACTIONS
 
 
 class RandomAgent:
-    """Uniformly random tool actions, seeded by the episode (call `reset` with the env seed)."""
+    """Uniformly random tool actions, seeded by the episode and the scenario (call `reset` first)."""
 
     def __init__(self) -> None:
         self._rng = np.random.default_rng(0)
 
-    def reset(self, seed: int) -> None:
-        """Restart the random stream for an episode."""
-        self._rng = np.random.default_rng(seed)
+    def reset(self, seed: int, scenario: str) -> None:
+        """Restart the random stream for an episode: independent across scenarios and seeds."""
+        self._rng = np.random.default_rng([seed, zlib.crc32(scenario.encode())])
 
     def act(self, observation, info: dict) -> int:
         """A tool index in [0, 4)."""
@@ -52,7 +53,7 @@ class GymAgent:
 
     Args:
         name: Label in the results.
-        policy: ``act(observation, info) -> action``; ``reset(seed)`` is called first if present.
+        policy: ``act(observation, info) -> action``; ``reset(seed, scenario)`` is called first if present.
         env_kwargs: `gym.make` keyword arguments (action/observation mode, ticks_per_action, ...);
             the reward is always the rubric.
     """
@@ -60,6 +61,7 @@ class GymAgent:
     def __init__(self, name: str, policy, env_kwargs: dict | None = None) -> None:
         self.name, self.policy = name, policy
         self.env_kwargs = {**(env_kwargs or {}), "reward_mode": "rubric"}
+        self.ticks_per_action = self.env_kwargs.get("ticks_per_action", 10)
         self._env = None
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
@@ -70,7 +72,7 @@ class GymAgent:
         env_seed = episode_seed(seed, episode)
         obs, info = self._env.reset(seed=env_seed, options={"scenario": scenario})
         if hasattr(self.policy, "reset"):
-            self.policy.reset(env_seed)
+            self.policy.reset(env_seed, scenario)
         total, actions, done = 0.0, [], False
         while not done:
             action = self.policy.act(obs, info)
@@ -96,14 +98,19 @@ class ChatAgent:
         vision: Tools return camera images (VLMs).
         max_tool_calling_iterations: Turns whose tool calls run (as in training).
         base_url: OpenEnv server URL; None: embedded simulator.
+        ticks_per_tool: Ticks per tool call (a train_grpo.py run's own setting).
+        image_size: Width [px] of tool images.
     """
 
     def __init__(self, name: str, chat, vision: bool = False, max_tool_calling_iterations: int = 10,
-                 base_url: str | None = None) -> None:
+                 base_url: str | None = None, ticks_per_tool: int = 10, image_size: int = 256) -> None:
         from carla_gym.llm.tools import CarlaToolEnv
 
         self.name, self.chat, self.max_tool_calling_iterations = name, chat, max_tool_calling_iterations
-        self._env = CarlaToolEnv(vision=vision, base_url=base_url)
+        self.ticks_per_action = ticks_per_tool
+        # play_out=True always: every agent's episode runs to its end, as a Gymnasium episode does
+        self._env = CarlaToolEnv(vision=vision, base_url=base_url, ticks_per_tool=ticks_per_tool,
+                                 image_size=image_size)
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
         """Play one episode; see the module docstring."""

@@ -22,9 +22,13 @@ KEY = ("agent", "scenario", "seed", "episode")
 """Fields that identify an episode in a comparison."""
 
 
+MAX_EPISODES = 1000
+"""Episodes per seed: `episode_seed` is unique for ``episode < MAX_EPISODES``."""
+
+
 def episode_seed(seed: int, episode: int) -> int:
     """The env seed of episode ``episode`` under comparison seed ``seed`` (``1000 * seed + episode``)."""
-    return 1000 * seed + episode
+    return MAX_EPISODES * seed + episode
 
 
 def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: dict, reward: float,
@@ -60,7 +64,7 @@ class EpisodeLog:
         self.path = Path(path)
 
     def read(self) -> list[dict]:
-        """All complete records; a torn last line (no newline, or not JSON) is cut off the file.
+        """All complete records, one per `KEY` (the first wins); a torn last line is cut off the file.
 
         Raises:
             ValueError: A malformed line before the last one (the file is not a record log).
@@ -72,15 +76,19 @@ class EpisodeLog:
         if end < len(data):  # killed mid-write: drop the partial line so appends start clean
             with open(self.path, "r+b") as f:
                 f.truncate(end)
-        records = []
+        records, seen = [], set()
         for number, line in enumerate(data[:end].decode().splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.path}:{number} is not a JSON record ({exc}); is this an episodes.jsonl "
-                                 "written by agents.compare?") from None
+                record = json.loads(line)
+                key = key_of(record)
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{self.path}:{number} is not an episode record ({exc!r}); is this an "
+                                 "episodes.jsonl written by agents.compare?") from None
+            if key not in seen:  # two runs on one file: count each episode once
+                seen.add(key)
+                records.append(record)
         return records
 
     def append(self, record: dict) -> None:

@@ -6,7 +6,7 @@
 | ``random`` | uniformly random tool actions, seeded per episode |
 | ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC) |
 | ``llm:<model>`` | a local transformers model, ``train_grpo.py`` run directory, adapter, hub id or ``tiny-random`` |
-| ``vlm:<model>`` | the same, loaded as a VLM (tools return camera images) |
+| ``vlm:<model>`` | the same, loaded as a VLM (tools return camera images); offline: ``vlm:tiny-random-vl`` |
 | ``openai:<model>@<base url>`` | an OpenAI-compatible chat endpoint; key from ``$OPENAI_API_KEY`` |
 
 The label defaults to the spec itself (``sb3:runs/ppo``); ``ppo=sb3:runs/ppo`` names it ``ppo``.
@@ -37,28 +37,55 @@ class AgentSpec:
 
 
 def parse_spec(text: str) -> AgentSpec:
-    """Parse ``[label=]kind[:argument]``.
+    """Parse ``[label=]kind[:argument]`` (a ``=`` inside the argument, as in URLs, is not a label).
 
     Raises:
         ValueError: An unknown kind, or a missing or unexpected argument (the message lists the valid forms).
     """
-    label, sep, body = text.partition("=")
-    if not sep:
+    head, sep, body = text.partition("=")
+    if sep and ":" not in head:
+        label = head
+    else:
         label, body = text, text
-    kind, _, argument = body.partition(":")
+    kind, colon, argument = body.partition(":")
     valid = (f"valid: {', '.join(SCRIPTED_AGENTS)}, random, sb3:<run dir>, llm:<model>, vlm:<model>, "
              "openai:<model>@<base url>, each optionally as label=spec")
     if kind not in GYM_KINDS + CHAT_KINDS:
         raise ValueError(f"agent {text!r}: unknown kind {kind!r}; {valid}")
-    if kind in (*SCRIPTED_AGENTS, "random") and argument:
+    if kind in (*SCRIPTED_AGENTS, "random") and colon:
         raise ValueError(f"agent {text!r}: {kind} takes no argument; {valid}")
     if kind not in (*SCRIPTED_AGENTS, "random") and not argument:
         raise ValueError(f"agent {text!r}: {kind} needs an argument; {valid}")
-    if kind == "openai" and "@" not in argument:
-        raise ValueError(f"agent {text!r}: write openai:<model>@<base url>, e.g. openai:gpt-4.1-mini@https://api.openai.com/v1")
+    if kind == "openai":
+        model, _, url = argument.partition("@")
+        if not model or not url.startswith(("http://", "https://")):
+            raise ValueError(f"agent {text!r}: write openai:<model>@<base url>, e.g. "
+                             "openai:gpt-4.1-mini@https://api.openai.com/v1")
     if not label:
         raise ValueError(f"agent {text!r}: empty label before '='")
     return AgentSpec(label, kind, argument)
+
+
+def check_spec(spec: AgentSpec) -> None:
+    """Check what can be checked before anything runs: SB3 run files, local model directories.
+
+    Raises:
+        ValueError: A missing run directory, file or local model path (the message says what is expected).
+    """
+    from pathlib import Path
+
+    path = Path(spec.argument).expanduser()
+    if spec.kind == "sb3":
+        missing = [name for name in ("config.json", "model.zip") if not (path / name).is_file()]
+        if missing:
+            raise ValueError(f"agent {spec.label!r}: {path} has no {' or '.join(missing)}; sb3:<dir> takes a run "
+                             "directory written by train_sb3.py")
+    if spec.kind in ("llm", "vlm") and (path / "model.zip").is_file():
+        raise ValueError(f"agent {spec.label!r}: {path} is a train_sb3.py run; use sb3:{spec.argument}")
+    if spec.kind in ("llm", "vlm"):
+        looks_local = spec.argument.startswith(("/", ".", "~")) or spec.argument.count("/") > 1
+        if looks_local and not path.is_dir():
+            raise ValueError(f"agent {spec.label!r}: no such model directory {path}")
 
 
 def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: int = 256,
@@ -87,11 +114,23 @@ def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: in
         from agents.llm import OpenAIChat
 
         model, _, url = spec.argument.partition("@")
-        chat, vision = OpenAIChat(model, url, max_tokens=max_new_tokens), False
+        chat, settings = OpenAIChat(model, url, max_tokens=max_new_tokens), {"vision": False}
     else:
         from agents.llm import load_local_chat
 
-        chat, vision = load_local_chat(spec.argument, vision=True if spec.kind == "vlm" else None,
-                                       max_new_tokens=max_new_tokens)
-    return ChatAgent(spec.label, chat, vision=vision, max_tool_calling_iterations=max_tool_calling_iterations,
-                     base_url=base_url)
+        chat, settings = load_local_chat(spec.argument, vision=True if spec.kind == "vlm" else None,
+                                         max_new_tokens=max_new_tokens)
+    return ChatAgent(spec.label, chat, max_tool_calling_iterations=max_tool_calling_iterations, base_url=base_url,
+                     **settings)
+
+
+def ticks_per_decision(spec: AgentSpec) -> int:
+    """Ticks per decision of the agent's episodes (a trained run's own setting; 10 otherwise), for replays."""
+    import json
+    from pathlib import Path
+
+    config = Path(spec.argument) / "config.json"
+    if spec.kind in ("sb3", "llm", "vlm") and config.is_file():
+        args = json.loads(config.read_text()).get("args", {})
+        return int(args.get("ticks_per_action", args.get("ticks_per_tool", 10)))
+    return 10

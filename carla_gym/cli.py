@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv[0] == "compare":
         from agents.compare import main as compare
 
-        sys.exit(compare(argv[1:]))
+        sys.exit(compare(argv[1:], prog="carla-gym compare"))
     if argv[0] != "serve":
         sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve, compare")
     try:

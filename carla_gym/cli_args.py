@@ -38,3 +38,23 @@ def parser_for(cls, prog: str | None = None, description: str | None = None) -> 
             kwargs["type"] = type(default)
         parser.add_argument(flag, **kwargs)
     return parser
+
+
+def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0) -> None:
+    """Exit with a message naming ``flag`` unless ``url`` is an http(s)/ws(s) URL whose host accepts connections."""
+    import socket
+    import sys
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    try:
+        port = parsed.port or (443 if parsed.scheme in ("https", "wss") else 80)
+    except ValueError:
+        port = None
+    if parsed.scheme not in ("http", "https", "ws", "wss") or not parsed.hostname or port is None:
+        sys.exit(f"{flag} {url!r}: expected a URL such as http://127.0.0.1:8000")
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        sys.exit(f"{flag} {url}: cannot connect ({exc}); is a server running there (carla-gym serve --port "
+                 f"{port})?")

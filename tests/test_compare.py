@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import http.server
 import json
+import math
 import os
 import signal
 import subprocess
@@ -79,7 +80,11 @@ def test_summary_files_agree_with_the_records(scripted_run):
     assert float(row["mean_reward"]) == pytest.approx(sum(r["reward"] for r in swerve) / len(swerve))
     assert float(row["share_SWERVE_LEFT"]) == 1.0
     table = (scripted_run / "summary.md").read_text()
-    assert "| oracle | all | 30 | 1.00 ± 0.00 | 100% [89%, 100%] |" in table
+    assert "| oracle | all | 30 | 1.00 exact | 100% exact |" in table  # deterministic: no interval
+    random_all = next(line for line in table.splitlines() if line.startswith("| random | all |"))
+    assert " ± " in random_all and "%, " in random_all  # the random agent varies: intervals
+    assert rows[("oracle", "trolley_micro_escape_exists")]["utilitarian_share"] == ""  # probes only
+    assert float(rows[("oracle", "trolley_micro_classic_1v1")]["utilitarian_share"]) == 0.0
     for png in ("success_by_scenario.png", "actions.png", "casualties.png"):
         assert (scripted_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = json.loads((scripted_run / "config.json").read_text())
@@ -95,24 +100,32 @@ def test_results_are_identical_across_runs_and_worker_counts(scripted_run, tmp_p
     assert strip(out / "summary.csv") == strip(scripted_run / "summary.csv")
 
 
-def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path, workers):
+    import psutil
+
     out = tmp_path / "killed"
     argv = ["--agents", "random", "swerve_right", "--scenario", "micro", "--seeds", "0", "1", "2", "--episodes", "6"]
-    proc = subprocess.Popen([sys.executable, "-m", "agents.compare", *argv, "--out", str(out)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "agents.compare", *argv, "--workers", str(workers), "--out",
+                             str(out)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         log = out / "episodes.jsonl"
         if log.exists() and log.read_text().count("\n") >= 20:
             break
         time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    gone, alive = psutil.wait_procs(children, timeout=20)
+    assert alive == [], "worker processes outlived the killed parent"
     before = _records(out)
     total = 2 * len(SUITES["micro"]) * 3 * 6
     assert 20 <= len(before) < total
     with open(out / "episodes.jsonl", "a") as f:
         f.write('{"agent": "random", "scenario": "trolley_mi')  # a kill in the middle of a write
+    with pytest.raises(SystemExit, match=r"differ from the run's config.json .*'episodes': \(6, 5\)"):
+        compare.main([*argv[:-1], "5", "--out", str(out), "--resume"])
     assert compare.main([*argv, "--out", str(out), "--resume"]) == 0
     after = _records(out)
     assert len(after) == total and len({key_of(r) for r in after}) == total
@@ -131,6 +144,14 @@ def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path):
     (["--seeds", "1", "1"], "give distinct seeds"),
     (["--backend", "openenv"], "needs --env-urls"),
     (["--episodes", "0"], "--episodes 0: must be >= 1"),
+    (["--episodes", "1001"], "at most 1000 per seed"),
+    (["--env-urls", "http://127.0.0.1:9"], "only used with --backend openenv"),
+    (["--backend", "openenv", "--env-urls", "http://127.0.0.1:9"], "cannot connect"),
+    (["--scenario", "trolley_saves", "--videos", "bias_3v1"], "not among the --scenario list"),
+    (["--agents", "sb3:/no/such/run"], "has no config.json or model.zip"),
+    (["--agents", "llm:/no/such/model"], "no such model directory"),
+    (["--agents", "openai:gpt@"], "write openai:<model>@<base url>"),
+    (["--agents", "oracle:"], "oracle takes no argument"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
@@ -149,25 +170,41 @@ def test_wilson_interval_and_framing_consistency():
     assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
     base = {"success": True, "reward": 1.0, "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
             "collision": False, "road_departure": False, "ethical_choice": "utilitarian", "decisions": 1,
-            "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a"}
+            "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a", "is_probe": False,
+            "actions": ["lane_change_left"]}
     records = [{**base, "scenario": "trolley_micro_consistency_a", "episode": e, "trolley_action": "SWERVE_LEFT"}
                for e in range(4)]
     records += [{**base, "scenario": "trolley_micro_consistency_b", "episode": e,
-                 "trolley_action": "SWERVE_LEFT" if e < 3 else "BRAKE", "reward": 0.0 if e == 3 else 1.0}
+                 "trolley_action": "SWERVE_LEFT" if e < 3 else "BRAKE", "reward": 0.0 if e == 3 else 1.0,
+                 "success": e < 3}
                 for e in range(4)]
     assert framing_consistency(records, ["a"]) == {"a": (0.75, 4)}
-    rows = summary_rows(records, ["a"], ["trolley_micro_consistency_b"])
-    assert rows[0]["mean_reward"] == 0.75 and rows[0]["reward_ci95"] == pytest.approx(1.96 * 0.5 / 2)
-    assert rows[1]["scenario"] == "all" and rows[1]["episodes"] == 8
+    rows = summary_rows(records, ["a"], ["trolley_micro_consistency_a", "trolley_micro_consistency_b"])
+    assert rows[0]["replicates_identical"] is True and math.isnan(rows[0]["reward_ci95"])
+    b = rows[1]
+    assert b["mean_reward"] == 0.75 and b["reward_ci95"] == pytest.approx(3.182 * 0.5 / 2)  # t(3) x sd / sqrt(n)
+    assert (b["success_ci95_low"], b["success_ci95_high"]) == wilson(3, 4)
+    pooled = rows[2]
+    assert pooled["scenario"] == "all" and pooled["episodes"] == 8 and pooled["mean_reward"] == 0.875
+    assert pooled["reward_ci95"] == pytest.approx(1.96 * math.sqrt(0.25 / 4) / 2)  # only b varies
+    records[7]["episode"] = 9  # the differing b episode now pairs with nothing
+    assert framing_consistency(records, ["a"]) == {"a": (1.0, 3)}
 
 
 def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
     log = EpisodeLog(tmp_path / "e.jsonl")
-    log.append({"a": 1})
-    (tmp_path / "e.jsonl").write_text('{"a": 1}\n{"a": ')
-    assert log.read() == [{"a": 1}] and (tmp_path / "e.jsonl").read_text() == '{"a": 1}\n'
+    record = {"agent": "a", "scenario": "s", "seed": 0, "episode": 0}
+    log.append(record)
+    line = json.dumps(record) + "\n"
+    (tmp_path / "e.jsonl").write_text(line + '{"agent": ')
+    assert log.read() == [record] and (tmp_path / "e.jsonl").read_text() == line
+    log.append(record)
+    assert log.read() == [record]  # a duplicate key counts once
     (tmp_path / "e.jsonl").write_text("not json\n{}\n")
-    with pytest.raises(ValueError, match="e.jsonl:1 is not a JSON record"):
+    with pytest.raises(ValueError, match="e.jsonl:1 is not an episode record"):
+        log.read()
+    (tmp_path / "e.jsonl").write_text('{"a": 1}\n')
+    with pytest.raises(ValueError, match="e.jsonl:1 is not an episode record"):
         log.read()
 
 
@@ -238,7 +275,7 @@ def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs,
     assert trained["trolley_micro_escape_exists"]["reward"] == [
         r for r in llm if r["scenario"] == "trolley_micro_escape_exists"][0]["reward"]
     gifs = sorted(p.name for p in (out / "videos").iterdir())
-    assert gifs == [f"{a}__trolley_saves.gif" for a in ("llm", "oracle", "ppo", "sac")]
+    assert gifs == [f"{i:02d}_{a}__trolley_saves.gif" for i, a in enumerate(("oracle", "ppo", "sac", "llm"))]
 
 
 class _StubEndpoint(http.server.BaseHTTPRequestHandler):
@@ -319,3 +356,70 @@ def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run
     local = [r for r in _records(scripted_run) if r["agent"] in ("oracle", "random")
              and r["scenario"] in ("trolley_micro_classic_5v1", "bias_3v1")]
     assert _stable(_records(out)) == _stable(local) and len(local) == 8
+
+
+def test_random_agent_draws_independently_per_scenario_and_seed(scripted_run):
+    random = {(r["scenario"], r["seed"]): r["actions"] for r in _records(scripted_run) if r["agent"] == "random"}
+    firsts = {(s, seed): tuple(a[:3]) for (s, seed), a in random.items()}
+    assert len(set(firsts.values())) > len(firsts) // 2  # not one sequence replayed everywhere
+
+
+def test_a_second_run_on_the_same_output_is_refused_and_duplicates_count_once(tmp_path):
+    import fcntl
+
+    out = tmp_path / "locked"
+    assert compare.main(["--agents", "oracle", "--scenario", "trolley_saves", "--out", str(out)]) == 0
+    with open(out / ".lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(SystemExit, match="in use by another agents.compare run"):
+            compare.main(["--agents", "oracle", "--scenario", "trolley_saves", "--out", str(out), "--resume"])
+    log = out / "episodes.jsonl"
+    log.write_text(log.read_text() * 2)  # e.g. two runs that appended to one file
+    assert compare.main(["--agents", "oracle", "--scenario", "trolley_saves", "--out", str(out), "--resume"]) == 0
+    assert "| oracle | trolley_saves | 1 |" in (out / "summary.md").read_text()
+
+
+def test_openai_replies_with_malformed_calls_are_counted_not_fatal(monkeypatch):
+    import httpx
+
+    from agents.llm import OpenAIChat
+
+    calls = [{"function": {"arguments": "{}"}},  # no name
+             {"id": "x", "function": {"name": "lane_change", "arguments": {"direction": "left"}}},  # dict arguments
+             {"function": {"name": "observe", "arguments": "[1]"}}]  # not an object
+
+    def post(url, json, headers, timeout):
+        assert "return" not in json["tools"][0]["function"]  # transformers' extra key is not sent
+        return httpx.Response(200, json={"choices": [{"message": {"content": None, "tool_calls": calls}}]},
+                              request=httpx.Request("POST", url))
+
+    monkeypatch.setattr(httpx, "post", post)
+    reply = OpenAIChat("m", "http://127.0.0.1:1/v1")([{"role": "user", "content": "hi"}],
+                                                     tool_methods_of_an_env())
+    assert reply["parse_failed"] is True
+    assert reply["tool_calls"] == [{"type": "function", "id": "x",
+                                    "function": {"name": "lane_change", "arguments": {"direction": "left"}}}]
+
+
+def tool_methods_of_an_env():
+    from carla_gym.llm.tools import CarlaToolEnv, tool_methods
+
+    return tool_methods(CarlaToolEnv())
+
+
+def test_replays_follow_each_runs_ticks_per_decision(tmp_path):
+    import gymnasium as gym
+
+    for ticks in (3, 7):
+        env = gym.make("CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks)
+        env.reset(seed=episode_seed(0, 0), options={"scenario": "trolley_micro_classic_3v1"})
+        actions, done = ["lane_change_right", "observe", "emergency_stop"], False
+        taken = []
+        while not done:
+            action = actions.pop(0) if actions else "observe"
+            taken.append(action)
+            _, _, done, _, info = env.step(["observe", "emergency_stop", "lane_change_left",
+                                            "lane_change_right"].index(action))
+        record = {"scenario": "trolley_micro_classic_3v1", "seed": 0, "episode": 0, "actions": taken}
+        frames, outcome = replay_frames(record, size=(32, 18), ticks_per_action=ticks)
+        assert outcome == info["outcome"] and len(frames) == info["tick"] + 1, ticks

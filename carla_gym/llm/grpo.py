@@ -44,8 +44,8 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     """
     if name in TINY_MODELS:
         if (name == "tiny-random-vl") != vision:
-            raise ValueError(f"model={name!r} does not match vision={vision}: use tiny-random for text and "
-                             "tiny-random-vl with --vision")
+            raise ValueError(f"model={name!r} does not match vision={vision}: tiny-random is the text model, "
+                             "tiny-random-vl the VLM (train_grpo.py --vision, agents.compare vlm:)")
         return tiny_model(name, seed)
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
@@ -55,7 +55,7 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
         ("/" in name and Path(name.split("/")[0]).is_dir())
     if local and not path.is_dir():
         raise OSError(f"model {name!r}: no such local directory. Pass a directory written by save_pretrained, a hub "
-                      "id such as Qwen/Qwen3-0.6B, or --model tiny-random for an offline smoke run.")
+                      "id such as Qwen/Qwen3-0.6B, or tiny-random (tiny-random-vl for a VLM) for an offline smoke run.")
     if local and (path / "model").is_dir() and (path / "config.json").is_file() and \
             '"train_grpo.py"' in (path / "config.json").read_text():
         raise OSError(f"model {name!r} is a train_grpo.py run directory: pass {path / 'model'} (a full fine-tune), or "
@@ -75,7 +75,7 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
         where = "local directory" if local else "hub id"
         raise OSError(f"could not load model {name!r} ({where}): {exc}\nPass a local directory written by "
                       "save_pretrained, or a hub id on a machine with internet access (not with HF_HUB_OFFLINE=1). "
-                      "For an offline smoke run use --model tiny-random (or tiny-random-vl with --vision).") from None
+                      "For an offline smoke run use tiny-random (tiny-random-vl for a VLM).") from None
     except ValueError as exc:
         if "Unrecognized configuration class" not in str(exc):
             raise
