@@ -374,7 +374,7 @@ def test_missing_model_names_the_model_and_the_offline_way_out(monkeypatch, tmp_
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time
-    with pytest.raises(OSError, match=r"no_such_model': no such local directory.*--model tiny-random"):
+    with pytest.raises(OSError, match=r"no_such_model': no such local directory.*or tiny-random"):
         load_model(str(tmp_path / "no_such_model"), vision=False)
     with pytest.raises(OSError, match=r"(?s)could not load model 'nobody/no-such-model' \(hub id\).*HF_HUB_OFFLINE"):
         load_model("nobody/no-such-model", vision=False)
