@@ -37,8 +37,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.cli_args import arg, check_url, parser_for
-from carla_gym.io import write_csv_atomic, write_json_atomic
+from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
+from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
 
 DEFAULT_TEXT_MODEL = "Qwen/Qwen3-0.6B"  # TRL's CARLA example (examples/scripts/openenv/carla.py)
 DEFAULT_VISION_MODEL = "Qwen/Qwen3-VL-2B-Instruct"  # smallest Qwen3-VL; its template renders tool images
@@ -100,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 def resolve(args: Args) -> Args:
     """Fill the automatic choices (model, LoRA exclusion) and expand suites; exit naming a bad flag."""
-    from carla_gym.llm.grpo import VISION_MODULES
+    from carla_gym.llm.grpo import VISION_MODULES, is_grpo_run
     from carla_gym.llm.tiny import TINY_MODELS
     from carla_gym.suites import resolve_scenarios
 
@@ -117,18 +117,16 @@ def resolve(args: Args) -> Args:
         sys.exit(f"--report-to {args.report_to!r}: choose one of {list(REPORT_TO)}")
     if args.reward_mode not in ("rubric", "physical"):
         sys.exit(f"--reward-mode {args.reward_mode!r}: choose rubric or physical")
-    for flag, value, low in (("--num-generations", args.num_generations, 2), ("--dataset-size", args.dataset_size, 1),
-                             ("--per-device-train-batch-size", args.per_device_train_batch_size, 1),
-                             ("--gradient-accumulation-steps", args.gradient_accumulation_steps, 1),
-                             ("--max-completion-length", args.max_completion_length, 16),
-                             ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0),
-                             ("--eval-episodes", args.eval_episodes, 0),
-                             ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
-                             ("--image-size", args.image_size, 16), ("--ticks-per-tool", args.ticks_per_tool, 1),
-                             ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
-                             ("--logging-steps", args.logging_steps, 1)):
-        if value < low:
-            sys.exit(f"{flag} {value}: must be >= {low}")
+    check_minimums((("--num-generations", args.num_generations, 2), ("--dataset-size", args.dataset_size, 1),
+                    ("--per-device-train-batch-size", args.per_device_train_batch_size, 1),
+                    ("--gradient-accumulation-steps", args.gradient_accumulation_steps, 1),
+                    ("--max-completion-length", args.max_completion_length, 16),
+                    ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0),
+                    ("--eval-episodes", args.eval_episodes, 0),
+                    ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
+                    ("--image-size", args.image_size, 16), ("--ticks-per-tool", args.ticks_per_tool, 1),
+                    ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
+                    ("--logging-steps", args.logging_steps, 1)))
     for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-tool", args.ticks_per_tool, 1000)):
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
@@ -166,18 +164,10 @@ def resolve(args: Args) -> Args:
     if out.exists() and any(out.iterdir()):
         if not args.overwrite:
             sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it, or choose another --output-dir")
-        if not is_run_dir(out):
+        if not is_grpo_run(out):
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_grpo.py run directory "
                      "(its config.json does not say script: train_grpo.py); choose another --output-dir")
     return args
-
-
-def is_run_dir(path: Path) -> bool:
-    """Whether ``path`` holds a run written by this script (its config.json names it)."""
-    try:
-        return json.loads((path / "config.json").read_text()).get("script") == "train_grpo.py"
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def versions() -> dict[str, str]:
@@ -199,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" notice
     # TRL 1.16 still calls transformers' deprecated gradient-checkpointing names on every generation
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
-    import shutil
 
     import torch
     from datasets import Dataset
@@ -221,12 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                         play_out=not args.no_play_out, reward_mode=args.reward_mode)
     factory = ToolEnvFactory(args.env_urls, **env_settings)
     template_kwargs = chat_template_kwargs(processing_class)
-    old = out.with_name(out.name + ".replaced")
     tb_dir = os.environ.get("TENSORBOARD_LOGGING_DIR")
     try:
         if out.exists() and args.overwrite:  # kept aside until this run has a trained model
-            shutil.rmtree(old, ignore_errors=True)
-            out.rename(old)
+            set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
         if args.report_to == "tensorboard":
             os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")  # transformers 5 has no logging_dir argument
@@ -269,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     processing_class.save_pretrained(str(out / "model"))
     write_json_atomic(out / "train_log.json", {"train_time_s": train_time, "global_step": trainer.state.global_step,
                                                "interrupted": interrupted, "log_history": trainer.state.log_history})
-    shutil.rmtree(old, ignore_errors=True)
+    discard_set_aside(out)
     print(f"trained {trainer.state.global_step} step(s) in {train_time:.1f} s; model saved to {out / 'model'}")
     if interrupted:
         return 130
@@ -280,8 +267,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def evaluate(args: Args, trainer, env_settings: dict, template_kwargs: dict) -> int:
     """Greedy episodes of every scenario; eval.jsonl as they finish, then eval.json/eval.csv and the table."""
-    from carla_gym.llm.rollout import TransformersChat, evaluate_chat, markdown_table, summarize
+    from carla_gym.llm.rollout import UNFINISHED, TransformersChat, evaluate_chat, markdown_table, summarize
     from carla_gym.llm.tools import CarlaToolEnv
+    from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 
     out = Path(args.output_dir)
     trainer.model.eval()
@@ -308,7 +296,7 @@ def evaluate(args: Args, trainer, env_settings: dict, template_kwargs: dict) -> 
     summary = summarize(records)
     write_json_atomic(out / "eval.json", summary)
     header = ["scenario", "episodes", "success_rate", "mean_reward", "pedestrians_hit", "tool_calls",
-              "tool_failures", "parse_failures", "SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE", "UNFINISHED"]
+              "tool_failures", "parse_failures", *TROLLEY_ACTIONS, UNFINISHED]
     write_csv_atomic(out / "eval.csv", header, [[name, *(s[k] for k in header[1:8]),
                                                  *(s["actions"].get(a, 0) for a in header[8:])]
                                                 for name, s in summary.items()])

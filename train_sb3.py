@@ -24,14 +24,13 @@ import csv
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.cli_args import arg, parser_for
-from carla_gym.io import write_csv_atomic, write_json_atomic
+from carla_gym.cli_args import arg, check_minimums, parser_for
+from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
 
 
 @dataclass
@@ -131,11 +130,9 @@ def check_args(args: Args, resuming: bool = False) -> dict:
                  "--backend embedded or --clip none")
     if args.backend == "openenv" and not args.env_urls:
         sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
-    for flag, value, low in (("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
-                             ("--eval-episodes", args.eval_episodes, 1), ("--eval-freq", args.eval_freq, 1),
-                             ("--checkpoint-freq", args.checkpoint_freq, 1)):
-        if value < low:
-            sys.exit(f"{flag} {value}: must be >= {low}")
+    check_minimums((("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
+                    ("--eval-episodes", args.eval_episodes, 1), ("--eval-freq", args.eval_freq, 1),
+                    ("--checkpoint-freq", args.checkpoint_freq, 1)))
     hyper = overrides(args)
     for name, low, high in (("gamma", 0.0, 1.0), ("learning_rate", 0.0, 1.0), ("tau", 0.0, 1.0)):
         value = hyper.get(name)
@@ -320,9 +317,7 @@ def main(argv: list[str] | None = None) -> dict:
             venv.close()
             sys.exit(f"invalid hyperparameters {hyper}: {exc}")
         if out.exists() and args.overwrite:  # kept aside until the new run has finished
-            replaced = out.with_name(out.name + ".replaced")
-            shutil.rmtree(replaced, ignore_errors=True)
-            os.replace(out, replaced)
+            set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "config.json", {"args": dataclasses.asdict(args),
                                                 "hyperparameters": {k: repr(v) for k, v in hyper.items()}})
@@ -419,7 +414,7 @@ def main(argv: list[str] | None = None) -> dict:
                        row["mean_actual_hits"]] for name, row in result["per_scenario"].items()))
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
     plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {where}")
-    shutil.rmtree(out.with_name(out.name + ".replaced"), ignore_errors=True)  # the new run is complete
+    discard_set_aside(out)  # the new run is complete
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
     print(f"evaluation, {args.eval_episodes} episodes per scenario (upstream rubric): success rate "
           f"{result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f} (oracle "

@@ -28,8 +28,8 @@ from itertools import cycle
 from pathlib import Path
 
 from agents.records import MAX_EPISODES
-from carla_gym.cli_args import arg, check_url, parser_for
-from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
+from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
+from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic, write_text_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
 
@@ -98,11 +98,9 @@ def resolve(args: Args):
     if args.episodes > MAX_EPISODES:
         sys.exit(f"--episodes {args.episodes}: at most {MAX_EPISODES} per seed (env seeds are 1000 x seed + "
                  "episode); use more --seeds")
-    for flag, value, low in (("--episodes", args.episodes, 1), ("--workers", args.workers, 1),
-                             ("--max-new-tokens", args.max_new_tokens, 1),
-                             ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0)):
-        if value < low:
-            sys.exit(f"{flag} {value}: must be >= {low}")
+    check_minimums((("--episodes", args.episodes, 1), ("--workers", args.workers, 1),
+                    ("--max-new-tokens", args.max_new_tokens, 1),
+                    ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0)))
     if not args.seeds or len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0:
         sys.exit(f"--seeds {args.seeds}: give distinct seeds >= 0")
     out = Path(args.out)
@@ -161,27 +159,23 @@ def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
 def main(argv: list[str] | None = None, prog: str = "python -m agents.compare") -> int:
     """Run the comparison; returns the exit code (130 after Ctrl-C: finished episodes are kept)."""
     import fcntl
-    import shutil
 
     args, specs = resolve(parse_args(argv, prog))
     out = Path(args.out)
-    old = out.with_name(out.name + ".replaced")
     if args.overwrite and out.exists():  # kept aside until the new run has written its summary
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
+        set_aside(out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:  # one run per output directory
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             sys.exit(f"{out} is in use by another agents.compare run")
-        return _run(args, specs, out, old)
+        return _run(args, specs, out)
 
 
-def _run(args: Args, specs: list, out: Path, old: Path) -> int:
+def _run(args: Args, specs: list, out: Path) -> int:
     """Play the missing episodes, then write the summary, plots and videos (``main`` holds the lock)."""
     import multiprocessing
-    import shutil
 
     from agents.records import EpisodeLog, key_of
     from agents.specs import ticks_per_decision
@@ -257,7 +251,7 @@ def _run(args: Args, specs: list, out: Path, old: Path) -> int:
                 record = by_key[(spec.label, scenario, args.seeds[0], 0)]
                 write_gif(record, out / "videos" / f"{index:02d}_{safe}__{scenario}.gif", args.video_view,
                           ticks_per_decision(spec))
-    shutil.rmtree(old, ignore_errors=True)
+    discard_set_aside(out)
     print(table)
     print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, actions.png, "
           "casualties.png" + (", videos/" if args.videos else ""))

@@ -37,14 +37,14 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
     """
     import warnings
 
-    from carla_gym.llm.grpo import load_model
+    from carla_gym.llm.grpo import is_grpo_run, load_model
     from carla_gym.llm.rollout import TransformersChat
 
     # TRL 1.16 / transformers 5 deprecation noise on every generation (as in train_grpo.py)
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
     path = Path(model)
     settings = {"ticks_per_tool": 10, "image_size": 256}
-    if (path / "config.json").is_file() and (path / "model").is_dir():  # a train_grpo.py run directory
+    if is_grpo_run(path):
         args = json.loads((path / "config.json").read_text())["args"]
         vision = args["vision"]
         settings = {"ticks_per_tool": args["ticks_per_tool"], "image_size": args["image_size"]}

@@ -61,7 +61,6 @@ class GymAgent:
     def __init__(self, name: str, policy, env_kwargs: dict | None = None) -> None:
         self.name, self.policy = name, policy
         self.env_kwargs = {**(env_kwargs or {}), "reward_mode": "rubric"}
-        self.ticks_per_action = self.env_kwargs.get("ticks_per_action", 10)
         self._env = None
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
@@ -107,7 +106,6 @@ class ChatAgent:
         from carla_gym.llm.tools import CarlaToolEnv
 
         self.name, self.chat, self.max_tool_calling_iterations = name, chat, max_tool_calling_iterations
-        self.ticks_per_action = ticks_per_tool
         # play_out=True always: every agent's episode runs to its end, as a Gymnasium episode does
         self._env = CarlaToolEnv(vision=vision, base_url=base_url, ticks_per_tool=ticks_per_tool,
                                  image_size=image_size)

@@ -27,7 +27,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-ACTIONS = ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")
+from carla_gym.sim.catalogue import TROLLEY_ACTIONS
+
+ACTIONS = TROLLEY_ACTIONS
 COLUMNS = ("agent", "scenario", "episodes", "mean_reward", "reward_ci95", "success_rate", "success_ci95_low",
            "success_ci95_high", "replicates_identical", "expected_pedestrians_hit", "actual_pedestrians_hit",
            "collision_rate", "road_departure_rate", *(f"share_{a}" for a in ACTIONS), "utilitarian_share",

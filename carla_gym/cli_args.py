@@ -40,6 +40,15 @@ def parser_for(cls, prog: str | None = None, description: str | None = None) -> 
     return parser
 
 
+def check_minimums(limits) -> None:
+    """Exit with ``"<flag> <value>: must be >= <low>"`` for the first ``(flag, value, low)`` below its bound."""
+    import sys
+
+    for flag, value, low in limits:
+        if value < low:
+            sys.exit(f"{flag} {value}: must be >= {low}")
+
+
 def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0) -> None:
     """Exit with a message naming ``flag`` unless ``url`` is an http(s)/ws(s) URL whose host accepts connections."""
     import socket

@@ -1,4 +1,4 @@
-"""Atomic result files: a crash never leaves half a file behind."""
+"""Atomic result files: a crash never leaves half a file behind; a replaced run stays until its successor is done."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -39,3 +40,25 @@ def report_results(results: dict[str, float], json_path: str | os.PathLike | Non
         print(f"{key:{width}s} {value:14,.2f}")
     if json_path is not None:
         write_json_atomic(json_path, results)
+
+
+def set_aside(run_dir: str | os.PathLike) -> Path:
+    """Move an existing run directory to ``<run_dir>.replaced`` (deleting an older one there).
+
+    Used by ``--overwrite``: the old run is kept until the new one is complete, then removed with
+    `discard_set_aside`.
+
+    Returns:
+        The ``.replaced`` path.
+    """
+    run_dir = Path(run_dir)
+    old = run_dir.with_name(run_dir.name + ".replaced")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(run_dir, old)
+    return old
+
+
+def discard_set_aside(run_dir: str | os.PathLike) -> None:
+    """Delete ``<run_dir>.replaced`` (if any): the run that replaced it is complete."""
+    run_dir = Path(run_dir)
+    shutil.rmtree(run_dir.with_name(run_dir.name + ".replaced"), ignore_errors=True)

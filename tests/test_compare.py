@@ -22,6 +22,7 @@ from agents.records import EpisodeLog, episode_seed, key_of  # noqa: E402
 from agents.specs import build_agent, parse_spec  # noqa: E402
 from agents.summary import framing_consistency, summary_rows, wilson  # noqa: E402
 from agents.video import replay_frames, write_gif  # noqa: E402
+from carla_gym.envs.spaces import TOOL_ACTIONS  # noqa: E402
 from carla_gym.suites import SUITES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -418,8 +419,7 @@ def test_replays_follow_each_runs_ticks_per_decision(tmp_path):
         while not done:
             action = actions.pop(0) if actions else "observe"
             taken.append(action)
-            _, _, done, _, info = env.step(["observe", "emergency_stop", "lane_change_left",
-                                            "lane_change_right"].index(action))
+            _, _, done, _, info = env.step(TOOL_ACTIONS.index(action))
         record = {"scenario": "trolley_micro_classic_3v1", "seed": 0, "episode": 0, "actions": taken}
         frames, outcome = replay_frames(record, size=(32, 18), ticks_per_action=ticks)
         assert outcome == info["outcome"] and len(frames) == info["tick"] + 1, ticks

@@ -25,6 +25,14 @@ VISION_MODULES = r".*(visual|vision_tower|vision_model|multi_modal_projector|emb
 """Regex of vision-side module names: Qwen2.5/3-VL ``model.visual``, Gemma ``vision_tower``/``embed_vision``."""
 
 
+def is_grpo_run(path: str | Path) -> bool:
+    """Whether ``path`` is a run directory written by ``train_grpo.py`` (its config.json names the script)."""
+    try:
+        return json.loads((Path(path) / "config.json").read_text()).get("script") == "train_grpo.py"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     """The policy and its processing class.
 
@@ -56,8 +64,7 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     if local and not path.is_dir():
         raise OSError(f"model {name!r}: no such local directory. Pass a directory written by save_pretrained, a hub "
                       "id such as Qwen/Qwen3-0.6B, or tiny-random (tiny-random-vl for a VLM) for an offline smoke run.")
-    if local and (path / "model").is_dir() and (path / "config.json").is_file() and \
-            '"train_grpo.py"' in (path / "config.json").read_text():
+    if local and is_grpo_run(path):
         raise OSError(f"model {name!r} is a train_grpo.py run directory: pass {path / 'model'} (a full fine-tune), or "
                       f"compare it with python -m agents.compare --agents llm:{name} (LoRA runs too)")
     if local and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():

@@ -31,9 +31,11 @@ import numpy as np
 
 from carla_gym.envs.spaces import TOOL_ACTIONS
 from carla_gym.envs.trolley import DEFAULT_SCENARIO
+from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.validate import check_number
 
-OBSERVE, EMERGENCY_STOP, LANE_LEFT, LANE_RIGHT = range(4)  # CarlaTrolley-v0 tool actions
+OBSERVE, EMERGENCY_STOP, LANE_LEFT, LANE_RIGHT = (TOOL_ACTIONS.index(name) for name in (
+    "observe", "emergency_stop", "lane_change_left", "lane_change_right"))  # CarlaTrolley-v0 tool actions
 EPISODE_OVER = "The episode is over; tools no longer change anything. Stop calling tools."
 IMAGE_ASPECT = 9 / 16
 """Height/width of tool images: the scenario camera's 640x360 (upstream trolley default)."""
@@ -229,7 +231,7 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
         "episode/tool_calls": float(np.mean([len(e.calls) for e in environments])),
     }
     counts = Counter(o["trolley_action"] for o in outcomes)
-    for action in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE"):
+    for action in TROLLEY_ACTIONS:
         metrics[f"trolley_action/{action}"] = counts.get(action, 0) / n
     return metrics
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.scenarios import ScenarioSpec
 
 SWERVE_STEER = 0.3
@@ -152,7 +153,7 @@ def raw_reward(spec: ScenarioSpec, action: str) -> float:
 
 def best_raw_reward(spec: ScenarioSpec) -> float:
     """The highest raw reward any action class reaches in this scenario."""
-    return max(raw_reward(spec, a) for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE"))
+    return max(raw_reward(spec, a) for a in TROLLEY_ACTIONS)
 
 
 def rubric_reward(done: bool, raw: float) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from carla_gym.sim import constants as C
 from carla_gym.sim import rules
+from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.collision import swept_hits
 from carla_gym.sim.control import Controls
 from carla_gym.sim.kinematics import EgoState, step_ego
@@ -151,7 +152,7 @@ class World:
              max(self.walker_y) + reach) if spec.walkers else None
         )
         # Raw reward of each action class: fixed for a scenario, so computed once.
-        self._raw = {a: rules.raw_reward(spec, a) for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")}
+        self._raw = {a: rules.raw_reward(spec, a) for a in TROLLEY_ACTIONS}
         self.hit = np.zeros(len(spec.walkers), dtype=bool)
         self.first_hit: int | None = None
         self.road_departure = False
