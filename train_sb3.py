@@ -409,9 +409,10 @@ def main(argv: list[str] | None = None) -> dict:
                "total_timesteps": int(model.num_timesteps), **result}
     write_json_atomic(out / "eval.json", summary)
     write_csv_atomic(out / "eval.csv", ["scenario", "success_rate", "mean_reward", "oracle_mean_reward",
-                                        "mean_actual_hits"],
+                                        "mean_actual_hits", "mismatch_rate"],
                      ([name, row["success_rate"], row["mean_reward"], row["oracle_mean_reward"],
-                       row["mean_actual_hits"]] for name, row in result["per_scenario"].items()))
+                       row["mean_actual_hits"], "" if row["mismatch_rate"] is None else row["mismatch_rate"]]
+                      for name, row in result["per_scenario"].items()))
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
     plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {where}")
     discard_set_aside(out)  # the new run is complete
@@ -420,8 +421,11 @@ def main(argv: list[str] | None = None) -> dict:
           f"{result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f} (oracle "
           f"{result['oracle_mean_reward']:.3f})")
     for name, row in result["per_scenario"].items():
+        mismatch = row["mismatch_rate"]  # trolley_micro only: data's expected vs simulated casualties
+        disagree = "" if mismatch is None else f"; data and simulation disagree in {mismatch:.0%}"
         print(f"  {name}: success {row['success_rate']:.1%}, reward {row['mean_reward']:.3f} "
-              f"(oracle {row['oracle_mean_reward']:.3f}), actions {row['actions']}")
+              f"(oracle {row['oracle_mean_reward']:.3f}), actions {row['actions']}, pedestrians actually hit "
+              f"{row['mean_actual_hits']:.2f} per episode{disagree}")
     return summary
 
 

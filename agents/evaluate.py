@@ -95,7 +95,8 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
         oracle: Also run the oracle (for ``oracle_mean_reward``).
 
     Returns:
-        ``{"per_scenario": {name: {"success_rate", "mean_reward", "oracle_mean_reward", ...}},
+        ``{"per_scenario": {name: {"success_rate", "mean_reward", "oracle_mean_reward",
+        "mean_actual_hits", "mismatch_rate" (None outside trolley_micro), "actions"}},
         "success_rate", "mean_reward", "oracle_mean_reward", "reward_vs_oracle"}`` (means over
         scenarios; ``reward_vs_oracle`` is mean_reward / oracle_mean_reward).
     """
@@ -106,7 +107,8 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
         kwargs = {**env_kwargs, "scenario": name}
         result = evaluate(act, kwargs, episodes=episodes, seed=seed)
         row = {"success_rate": result.success_rate, "mean_reward": result.mean_reward,
-               "mean_actual_hits": result.mean_actual_hits, "actions": result.actions}
+               "mean_actual_hits": result.mean_actual_hits, "mismatch_rate": result.mismatch_rate,
+               "actions": result.actions}
         if oracle:
             best = evaluate(OracleAgent(kwargs.get("scenario_config")).act,
                             {**kwargs, "observation_mode": "state", "action_mode": "tools"}, episodes=episodes,

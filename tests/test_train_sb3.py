@@ -68,12 +68,17 @@ def test_ppo_run_writes_every_output_and_repeats_exactly(tmp_path, policy):
     row = evaluation["per_scenario"]["trolley_micro_escape_exists"]
     assert row["oracle_mean_reward"] == 1.0 and sum(row["actions"].values()) == 5
     assert f"success rate {evaluation['success_rate']:.1%}" in proc.stdout
+    mismatch = row["mismatch_rate"]  # escape_exists is a micro-benchmark: the data's hits vs the simulated ones
+    assert 0.0 <= mismatch <= 1.0
+    assert (f"pedestrians actually hit {row['mean_actual_hits']:.2f} per episode; data and simulation disagree in "
+            f"{mismatch:.0%}") in proc.stdout
     assert [r[0] for r in curve(out)] == ["128", "256", "384", "512"]
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert list((out / "tb").rglob("events.out.tfevents.*")), "no TensorBoard log"
     assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_128", "step_256", "step_384",
                                                                           "step_512"]  # and one at the end
-    assert (out / "eval.csv").read_text().splitlines()[0].startswith("scenario,success_rate")
+    assert (out / "eval.csv").read_text().splitlines()[0] == ("scenario,success_rate,mean_reward,oracle_mean_reward,"
+                                                              "mean_actual_hits,mismatch_rate")
     if policy == "MlpPolicy":  # same seed and settings: the same learning curve and weights
         again = tmp_path / "again"
         assert run_script(*TINY_PPO, "--policy", policy, "--reward-mode", "physical",
