@@ -16,7 +16,9 @@ seed ``--seed + i``, so all ``--num-generations`` rollouts of a GRPO group start
 state. Defaults follow TRL's CARLA example (Qwen3-0.6B, max_completion_length 1024, thinking
 off); where it is silent they are this project's choices (see the README).
 
-One output directory holds: config.json (arguments, derived settings, package versions),
+Before training it prints one line (`header`): model, LoRA or full fine-tune, text or image tools,
+scenarios, prompts x generations, steps, where rollouts run, device and run directory. One output
+directory holds: config.json (arguments, derived settings, package versions),
 model/ (the trained model, or only the LoRA adapter with --lora, and the tokenizer/processor),
 train_log.json (TRL's log history: rewards/rubric_reward/mean, tools/call_frequency,
 episode/success, trolley_action/*, ...), tb/ with --report-to tensorboard, eval.jsonl (one line
@@ -37,7 +39,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
+from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
+from carla_gym.hints import MissingExtraError, python_command, require_extra, script_command
 from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
 
 DEFAULT_TEXT_MODEL = "Qwen/Qwen3-0.6B"  # TRL's CARLA example (examples/scripts/openenv/carla.py)
@@ -99,11 +102,15 @@ def parse_args(argv: list[str] | None = None) -> Args:
 
 
 def resolve(args: Args) -> Args:
-    """Fill the automatic choices (model, LoRA exclusion) and expand suites; exit naming a bad flag."""
+    """Fill the automatic choices (model, LoRA exclusion) and expand suites; exit naming a bad flag.
+
+    A refusal that suggests a command prints it in full, and only where it works.
+    """
     from carla_gym.llm.grpo import VISION_MODULES, is_grpo_run
     from carla_gym.llm.tiny import TINY_MODELS
     from carla_gym.suites import resolve_scenarios
 
+    given = args
     args = dataclasses.replace(args)
     args.model = args.model or (DEFAULT_VISION_MODEL if args.vision else DEFAULT_TEXT_MODEL)
     args.lora_exclude = args.lora_exclude or VISION_MODULES
@@ -131,7 +138,8 @@ def resolve(args: Args) -> Args:
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
     if args.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
-        sys.exit("--report-to trackio: the trackio package is not installed (pip install trackio)")
+        sys.exit(f"--report-to trackio: the trackio package is not installed; install it with: "
+                 f"{python_command('-m', 'pip', 'install', 'trackio')}")
     if args.max_steps == 0 or args.max_steps < -1:
         sys.exit(f"--max-steps {args.max_steps}: must be >= 1, or -1 for one pass over the dataset")
     generation_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -157,16 +165,25 @@ def resolve(args: Args) -> Args:
     except re.error as exc:
         sys.exit(f"--lora-exclude {args.lora_exclude!r}: not a regular expression ({exc})")
     for url in args.env_urls:
-        check_url(url)
+        check_url(url, embedded="leave out --env-urls")
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         sys.exit(f"--output-dir {out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()):
-        if not args.overwrite:
-            sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it, or choose another --output-dir")
         if not is_grpo_run(out):
-            sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_grpo.py run directory "
-                     "(its config.json does not say script: train_grpo.py); choose another --output-dir")
+            what = f"--overwrite {out}: refusing to replace a folder that" if args.overwrite else \
+                f"{out} is not empty and"
+            sys.exit(f"{what} is not a train_grpo.py run directory (its config.json does not say script: "
+                     "train_grpo.py); choose another --output-dir")
+        if not args.overwrite:
+            again = script_command(__file__, *command_flags(dataclasses.replace(given, overwrite=True)))
+            sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it: {again}; or choose another "
+                     "--output-dir")
+    for extra in ("grpo", *(("server",) if args.env_urls else ())):
+        try:
+            require_extra(extra)
+        except MissingExtraError as exc:
+            sys.exit(str(exc))
     return args
 
 
@@ -181,6 +198,26 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def header(args: Args, device: str) -> str:
+    """The line printed before training: what is trained on what, on which device, and where the run goes.
+
+    Args:
+        args: Resolved arguments (`resolve`).
+        device: ``"cuda (bf16)"``, ``"cuda (fp32)"`` or ``"cpu (fp32)"``.
+    """
+    from carla_gym.llm.tools import image_height
+
+    how = f"LoRA r={args.lora_r} alpha={args.lora_alpha}" if args.lora else "full fine-tune"
+    tools = f"camera images {args.image_size}x{image_height(args.image_size)} + text" if args.vision else "text"
+    steps = "one pass" if args.max_steps == -1 else f"{args.max_steps} step(s)"
+    more = len(args.scenario) > 3
+    scenarios = ", ".join(args.scenario[:3]) + (f", ... ({len(args.scenario)} in all)" if more else "")
+    env = f"OpenEnv servers {', '.join(args.env_urls)}" if args.env_urls else "the embedded simulator"
+    return (f"training {args.model} with GRPO ({how}, {tools} tools) on {scenarios}: {args.dataset_size} prompts x "
+            f"{args.num_generations} generations, {steps}, rollouts on {env}; device {device}; run directory "
+            f"{args.output_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     bf16 = cuda and torch.cuda.is_bf16_supported()
     out = Path(args.output_dir)
+    print(header(args, f"{'cuda' if cuda else 'cpu'} ({'bf16' if bf16 else 'fp32'})"), flush=True)
     set_seed(args.seed)
     # bf16 mixed precision keeps fp32 master weights for full fine-tuning; frozen LoRA bases load in bf16
     model, processing_class = load_model(args.model, args.vision, dtype="bfloat16" if bf16 and args.lora else "float32",

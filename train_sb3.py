@@ -9,13 +9,16 @@ Usage:
     python train_sb3.py --preset vlm-rl --algo sac                 # VLM-RL's published hyperparameters
     python train_sb3.py --resume runs/ppo                          # continue an interrupted run
 
-One run directory (--output-dir) holds: config.json (the resolved arguments and hyperparameters),
-model.zip (final model), checkpoints/step_<N>/ (resumable: model, replay buffer, random states,
-envs), tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as
-rollout/ep_shaped_rew_mean, CLIP similarities under clip/), evaluations.csv (periodic evaluations,
-appended as they finish), eval.json and eval.csv (final evaluation per scenario, with the oracle's
-reward) and learning_curve.png. Evaluation always scores with upstream's rubric on seeds 10000,
-10001, ... ("success": the classified action reaches the scenario's best reward).
+One run directory (--output-dir) holds: config.json (the resolved arguments and typed
+hyperparameters), model.zip (final model), checkpoints/step_<N>/ (the newest --keep-checkpoints;
+resumable: model, random states, envs, and in the newest the filled part of SAC's replay buffer),
+tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as rollout/ep_shaped_rew_mean,
+CLIP similarities under clip/), evaluations.csv (periodic evaluations, appended as they finish:
+success, reward, pedestrians actually hit, road departures), eval.json and eval.csv (final
+evaluation per scenario, with the oracle's reward) and learning_curve.png (one panel per measure).
+Evaluation always scores with upstream's rubric on seeds 10000, 10001, ... ("success": the
+classified action reaches the scenario's best reward). SB3 trains in whole rollouts: a
+--total-timesteps that is not a multiple of one is rounded up, and the script says so first.
 """
 
 from __future__ import annotations
@@ -29,8 +32,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from carla_gym.cli_args import arg, check_minimums, parser_for
+from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
+from carla_gym.hints import python_command, typed_path
 from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
+
+CONFIG_FORMAT = 2
+"""Version of config.json: 2 stores typed hyperparameters (`carla_gym.sb3.presets.encode_hyperparameters`)."""
 
 
 @dataclass
@@ -42,11 +49,13 @@ class Args:
                                     "ppo, control for sac)")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
                                "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per reset")
-    total_timesteps: int = arg(0, "environment steps (decisions) to train; 0: the preset's default")
+    total_timesteps: int = arg(0, "environment steps (decisions) to train, rounded up to whole rollouts; 0: "
+                                  "the preset's default")
     preset: str = arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published settings)")
     seed: int = arg(0, "seed of torch, numpy and the environments")
     n_envs: int = arg(4, "parallel environments")
-    vec_env: str = arg("dummy", "vector env: dummy (in-process; exact resume) or subproc (one process per env)")
+    vec_env: str = arg("dummy", "vector env: dummy (in-process; exact resume with the embedded backend) or "
+                                "subproc (one process per env)")
     policy: str = arg("MlpPolicy", "MlpPolicy (state vector) or MultiInputPolicy (image + state, NatureCNN)")
     ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision")
     reward_mode: str = arg("rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian "
@@ -65,6 +74,7 @@ class Args:
     eval_freq: int = arg(0, "env steps between evaluations; 0: 10 per run")
     eval_episodes: int = arg(100, "final evaluation episodes per scenario (periodic ones use a fifth)")
     checkpoint_freq: int = arg(0, "env steps between checkpoints; 0: 10 per run")
+    keep_checkpoints: int = arg(2, "checkpoints kept (the newest ones; only the newest holds SAC's replay buffer)")
     output_dir: str = arg("runs/ppo", "run directory")
     overwrite: bool = arg(False, "allow writing into a non-empty output directory")
     resume: str = arg("", "continue the run in this directory from its last checkpoint (other flags are "
@@ -105,12 +115,38 @@ def resolve(args: Args) -> Args:
     return args
 
 
-def check_args(args: Args, resuming: bool = False) -> dict:
-    """Exit with a message naming the bad flag before anything is written; returns the ``--hp`` overrides."""
+def script_path() -> str:
+    """This script's path as the user can type it (`carla_gym.hints.typed_path`)."""
+    return typed_path(__file__)
+
+
+def require_extras(args: Args) -> None:
+    """Exit with the install command of the first missing extra the arguments need."""
+    from carla_gym.hints import MissingExtraError, require_extra
+
+    needed = ["sb3"] + (["clip"] if args.clip != "none" else []) + (["server"] if args.backend == "openenv" else [])
+    for extra in needed:
+        try:
+            require_extra(extra)
+        except MissingExtraError as exc:
+            sys.exit(str(exc))
+
+
+def check_args(args: Args, resuming: bool = False, stored: dict | None = None) -> dict:
+    """Exit with a message naming the bad flag before anything is written.
+
+    Args:
+        args: The resolved arguments.
+        resuming: Continuing the run in ``args.output_dir``.
+        stored: The run's hyperparameters from its config.json (when resuming).
+
+    Returns:
+        The hyperparameters: the preset's with the ``--hp`` overrides over them, or ``stored``.
+    """
     import gymnasium as gym
 
     import carla_gym  # noqa: F401
-    from carla_gym.sb3.presets import ALGOS, PRESETS
+    from carla_gym.sb3.presets import ALGOS, PRESETS, encode_hyperparameters, hyperparameters
 
     for flag, value, valid in (("--algo", args.algo, ALGOS), ("--preset", args.preset, PRESETS),
                                ("--action-mode", args.action_mode, ("tools", "control")),
@@ -130,10 +166,17 @@ def check_args(args: Args, resuming: bool = False) -> dict:
                  "--backend embedded or --clip none")
     if args.backend == "openenv" and not args.env_urls:
         sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
+    if args.env_urls and args.backend != "openenv":
+        sys.exit(f"--env-urls {' '.join(args.env_urls)}: only used with --backend openenv")
     check_minimums((("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
                     ("--eval-episodes", args.eval_episodes, 1), ("--eval-freq", args.eval_freq, 1),
-                    ("--checkpoint-freq", args.checkpoint_freq, 1)))
-    hyper = overrides(args)
+                    ("--checkpoint-freq", args.checkpoint_freq, 1), ("--keep-checkpoints", args.keep_checkpoints, 1)))
+    require_extras(args)
+    hyper = stored if stored is not None else {**hyperparameters(args.preset, args.algo), **overrides(args)}
+    try:
+        encode_hyperparameters(hyper)
+    except ValueError as exc:
+        sys.exit(f"--hp {exc}")
     for name, low, high in (("gamma", 0.0, 1.0), ("learning_rate", 0.0, 1.0), ("tau", 0.0, 1.0)):
         value = hyper.get(name)
         if isinstance(value, bool) or (isinstance(value, int | float) and not low < value <= high):
@@ -142,21 +185,24 @@ def check_args(args: Args, resuming: bool = False) -> dict:
         value = hyper.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
             sys.exit(f"--hp {name}={value!r}: must be an integer >= {low}")
-    n_steps = hyper.get("n_steps", 128 if args.preset == "cpu" else 1024)
-    if args.algo == "ppo" and n_steps * args.n_envs < 2:
-        sys.exit(f"--hp n_steps={n_steps} x --n-envs {args.n_envs}: PPO needs a rollout of at least 2 steps")
+    if args.algo == "ppo" and hyper["n_steps"] * args.n_envs < 2:
+        sys.exit(f"--hp n_steps={hyper['n_steps']} x --n-envs {args.n_envs}: PPO needs a rollout of at least 2 "
+                 "steps")
     try:
-        gym.make("CarlaTrolley-v0", **env_kwargs(args, url=None if args.backend == "embedded" else "")).close()
+        gym.make("CarlaTrolley-v0", **env_kwargs(args)).close()
     except (ValueError, TypeError) as exc:
         sys.exit(f"invalid environment settings: {exc}")
+    for url in args.env_urls:
+        check_url(url)
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         sys.exit(f"--output-dir {out}: exists and is not a directory")
     if not resuming and out.exists() and any(out.iterdir()):
         if not args.overwrite:
-            hint = f", --resume {out} to continue it" if (out / "checkpoints" / "latest").exists() else ""
-            sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it{hint}, or choose another "
-                     "--output-dir")
+            resumable = not (out / "eval.json").exists() and (out / "checkpoints" / "latest").is_file()
+            hint = f", or {python_command(script_path(), '--resume', str(out))} to continue it" if resumable else ""
+            sys.exit(f"{out} is not empty; add --overwrite to this command to replace the run in it{hint}, or choose "
+                     "another --output-dir")
         if not (out / "config.json").is_file():
             sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_sb3.py run directory "
                      "(no config.json); choose another --output-dir")
@@ -191,14 +237,18 @@ def overrides(args: Args) -> dict:
     return out
 
 
-def env_kwargs(args: Args, url: str | None = None) -> dict:
-    """Keyword arguments of `CarlaTrolley-v0` for these arguments (``url``: OpenEnv server, if any)."""
+def env_kwargs(args: Args) -> dict:
+    """Keyword arguments of `CarlaTrolley-v0` for these arguments (the backend: `make_venv`'s ``urls``)."""
     kwargs = dict(scenario=args.scenario, action_mode=args.action_mode, ticks_per_action=args.ticks_per_action,
                   observation_mode="state" if args.policy == "MlpPolicy" else "dict", reward_mode=args.reward_mode)
-    if args.clip != "none":
-        kwargs["reward_frame_size"] = 224
-    if url:  # a checked URL; "" during validation skips the connection
-        kwargs.update(backend="openenv", base_url=url)
+    if args.clip != "none":  # VLM-RL's 517x517 camera for --clip vlm-rl; CLIP's 224 input otherwise
+        from carla_gym.reward.encoder import FRAME_SIZES
+
+        kwargs["reward_frame_size"] = FRAME_SIZES["vlm_rl" if args.clip == "vlm-rl" else "openclip"]
+    if args.preset == "vlm-rl" and args.action_mode == "control":  # VLM-RL's steering smoothing (0.75)
+        from carla_gym.envs.spaces import VLM_RL_STEER_SMOOTHING
+
+        kwargs["steer_smoothing"] = VLM_RL_STEER_SMOOTHING
     return kwargs
 
 
@@ -217,10 +267,32 @@ def clip_model(args: Args):
     return CLIPRewardModel(encoder, head="clg", prompts="trolley"), False
 
 
+def load_run(run: Path, progress_bar: bool) -> tuple[Args, dict]:
+    """The arguments and typed hyperparameters of the run in ``run`` (for ``--resume``); exits with the reason."""
+    from carla_gym.sb3.presets import decode_hyperparameters
+
+    try:
+        config = json.loads((run / "config.json").read_text())
+        if config.get("format") != CONFIG_FORMAT:
+            raise KeyError(f"format {config.get('format')!r}, this version reads {CONFIG_FORMAT}")
+        args = Args(**{**config["args"], "resume": str(run), "output_dir": str(run), "progress_bar": progress_bar})
+        hyper = decode_hyperparameters(config["hyperparameters"])
+    except (FileNotFoundError, NotADirectoryError):
+        sys.exit(f"--resume {run}: no config.json there; is it a run directory written by train_sb3.py?")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        sys.exit(f"--resume {run}: config.json is unreadable or from another version ({exc!r}); start a new run: "
+                 f"add --overwrite to its command, or choose another --output-dir")
+    if (run / "eval.json").exists():
+        sys.exit(f"--resume {run}: this run is complete (eval.json exists); to train more, start a new run (another "
+                 "--output-dir, or --overwrite to replace this one)")
+    return args, hyper
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Train, checkpoint, evaluate and plot; returns the final evaluation summary."""
     args = parse_args(argv)
     resuming = bool(args.resume)
+    stored = None
     if resuming:  # the run's own settings; only the output folder comes from --resume
         run = Path(args.resume)
         given = [a for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")]
@@ -228,87 +300,63 @@ def main(argv: list[str] | None = None) -> dict:
         if extra_flags:
             sys.exit(f"--resume takes every setting from {run / 'config.json'}; remove {extra_flags} (to change "
                      "settings, start a new run)")
-        try:
-            saved = json.loads((run / "config.json").read_text())["args"]
-            args = Args(**{**saved, "resume": str(run), "output_dir": str(run), "progress_bar": args.progress_bar})
-        except (FileNotFoundError, NotADirectoryError):
-            sys.exit(f"--resume {run}: no config.json there; is it a run directory written by train_sb3.py?")
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            sys.exit(f"--resume {run}: config.json is unreadable or from another version ({exc!r})")
-        if (run / "eval.json").exists():
-            sys.exit(f"--resume {run}: this run is complete (eval.json exists); start a new run to train more")
+        args, stored = load_run(run, args.progress_bar)
     else:
         args = resolve(args)
-    hp_overrides = check_args(args, resuming)
+    hyper = check_args(args, resuming, stored)
     out = Path(args.output_dir)
 
-    # --- imports that need the [sb3] extra ---
-    try:
-        import numpy as np
-        import torch
-        from stable_baselines3 import PPO, SAC
-        from stable_baselines3.common.callbacks import BaseCallback, CallbackList
-        from stable_baselines3.common.env_util import make_vec_env
-        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 
-        from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, restore_state
-        from carla_gym.sb3.presets import hyperparameters, replay_buffer_bytes
-    except ImportError as exc:
-        sys.exit(f"{exc}. Install the training extra: pip install -e '.[sb3]'")
     from agents.evaluate import evaluate_suite
+    from carla_gym.sb3.checkpoint import REPLAY_FILE, CheckpointEvery, latest_checkpoint, resume
+    from carla_gym.sb3.envs import make_venv
+    from carla_gym.sb3.plots import EVAL_COLUMNS, plot_learning_curve
+    from carla_gym.sb3.presets import encode_hyperparameters, replay_buffer_bytes, rollout_steps, trained_timesteps
 
     checkpoint, wall_offset = None, 0.0
     if resuming:
         checkpoint = latest_checkpoint(out / "checkpoints")
         if checkpoint is None:
-            sys.exit(f"--resume {out}: no complete checkpoint in {out / 'checkpoints'}; start a new run instead")
+            sys.exit(f"--resume {out}: no complete checkpoint in {out / 'checkpoints'}; start the run again: add "
+                     f"--overwrite to its command (config.json lists its settings), or choose another --output-dir")
+    else:  # SB3 trains in whole rollouts: say how many steps that makes before anything else
+        unit = rollout_steps(args.algo, args.n_envs, hyper)
+        steps = trained_timesteps(args.total_timesteps, unit)
+        if steps != args.total_timesteps:
+            per = (f"n_steps x n_envs = {hyper['n_steps']} x {args.n_envs}" if args.algo == "ppo" else
+                   f"train_freq x n_envs = {unit // args.n_envs} x {args.n_envs}")
+            print(f"note: --total-timesteps {args.total_timesteps} rounded up to {steps}: {args.algo.upper()} "
+                  f"trains in whole rollouts of {per} = {unit} steps", flush=True)
+            args = dataclasses.replace(args, total_timesteps=steps)
 
     # --- seeding ---
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     algo_cls = PPO if args.algo == "ppo" else SAC
-    hyper = {**hyperparameters(args.preset, args.algo), **hp_overrides}
 
     # --- env setup ---
-    vec_cls = DummyVecEnv if args.vec_env == "dummy" else SubprocVecEnv
-    if args.backend == "openenv":
-        import gymnasium as gym
-        from stable_baselines3.common.monitor import Monitor
-
-        urls = args.env_urls
-        makers = [lambda i=i: Monitor(gym.make("CarlaTrolley-v0", **env_kwargs(args, urls[i % len(urls)])))
-                  for i in range(args.n_envs)]
-        venv = vec_cls(makers)
-        venv.seed(args.seed)
-    else:
-        venv = make_vec_env("carla_gym:CarlaTrolley-v0", n_envs=args.n_envs, seed=args.seed,
-                            env_kwargs=env_kwargs(args), vec_env_cls=vec_cls)
+    clip = None
     if args.clip != "none":
-        from carla_gym.reward import clip_vec_env
-
         try:
             model_clip, synthesis = clip_model(args)
         except (ValueError, FileNotFoundError, RuntimeError) as exc:
             sys.exit(f"--clip {args.clip}: {exc}")
-        weight = args.clip_weight if args.clip_mode == "add" else 1.0
-        venv = clip_vec_env(venv, model_clip, mode=args.clip_mode, weight=weight, synthesis=synthesis)
+        clip = (model_clip, args.clip_mode, args.clip_weight if args.clip_mode == "add" else 1.0, synthesis)
+    venv = make_venv(env_kwargs(args), args.n_envs, args.seed, args.vec_env,
+                     args.env_urls if args.backend == "openenv" else (), clip)
 
     # --- model ---
     if checkpoint is not None:
-        model = algo_cls.load(checkpoint / "model.zip", env=venv, device="cpu", force_reset=False)
-        model.tensorboard_log = str(out / "tb")
-        if (checkpoint / "replay_buffer.pkl").is_file():
-            model.load_replay_buffer(checkpoint / "replay_buffer.pkl")
-        exact, extra = restore_state(model, checkpoint)
+        model, notes, extra = resume(algo_cls, checkpoint, venv, str(out / "tb"))
         wall_offset = extra.get("wall_s", 0.0)
-        if "shaper" in extra and hasattr(venv, "shaper"):
-            venv.shaper.set_state(extra["shaper"])
         drop_rows_after(out / "evaluations.csv", model.num_timesteps)  # they are redone
-        notes = [] if exact else ["environments restart (subproc)"]
-        if getattr(model, "use_sde", False):
-            notes.append("gSDE noise is redrawn")
         print(f"resuming {out} from {checkpoint.name} ({model.num_timesteps} of {args.total_timesteps} steps"
-              f"{'; not bit-identical: ' + ', '.join(notes) if notes else ''})", flush=True)
+              f"{'; statistically equivalent, not bit-identical: ' + ', '.join(notes) if notes else ''})",
+              flush=True)
     else:
         try:
             model = algo_cls(args.policy, venv, seed=args.seed, device="cpu", verbose=0,
@@ -319,14 +367,16 @@ def main(argv: list[str] | None = None) -> dict:
         if out.exists() and args.overwrite:  # kept aside until the new run has finished
             set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "config.json", {"args": dataclasses.asdict(args),
-                                                "hyperparameters": {k: repr(v) for k, v in hyper.items()}})
+        write_json_atomic(out / "config.json", {"format": CONFIG_FORMAT, "args": dataclasses.asdict(args),
+                                                "hyperparameters": encode_hyperparameters(hyper)})
     if args.algo == "sac":
         obs_bytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in
                         (venv.observation_space.spaces.values() if hasattr(venv.observation_space, "spaces")
                          else [venv.observation_space]))
         gib = replay_buffer_bytes(model.buffer_size, obs_bytes) / 2**30
-        print(f"SAC replay buffer: {model.buffer_size} transitions, about {gib:.2f} GiB when full", flush=True)
+        print(f"SAC replay buffer: {model.buffer_size} transitions, about {gib:.2f} GiB in memory when full; on disk "
+              f"only its filled part, in the newest checkpoint only ({REPLAY_FILE}: up to {gib:.2f} GiB; "
+              f"{args.keep_checkpoints} checkpoints kept)", flush=True)
 
     # --- callbacks: evaluation, logging, checkpoints ---
     eval_kwargs = {**env_kwargs(args), "reward_mode": "rubric"}
@@ -359,15 +409,15 @@ def main(argv: list[str] | None = None) -> dict:
                 self._next = (self.num_timesteps // args.eval_freq + 1) * args.eval_freq
                 result = evaluate_suite(act, eval_kwargs, args.scenario, max(args.eval_episodes // 5, 1),
                                         oracle=False)
-                self.logger.record("eval/success_rate", result["success_rate"])
-                self.logger.record("eval/mean_reward", result["mean_reward"])
+                for key in ("success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate"):
+                    self.logger.record(f"eval/{key}", result[key])
                 new = not csv_path.exists()
                 with open(csv_path, "a", newline="") as f:
                     writer = csv.writer(f)
                     if new:
-                        writer.writerow(["timesteps", "success_rate", "mean_reward", "wall_s"])
-                    writer.writerow([self.num_timesteps, f"{result['success_rate']:.4f}",
-                                     f"{result['mean_reward']:.4f}", f"{elapsed():.1f}"])
+                        writer.writerow(EVAL_COLUMNS)
+                    writer.writerow([self.num_timesteps, *(f"{result[key]:.4f}" for key in EVAL_COLUMNS[1:-1]),
+                                     f"{elapsed():.1f}"])
             return True
 
     def elapsed() -> float:  # training wall time [s] over every process of this run
@@ -379,7 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
             extra["shaper"] = venv.shaper.get_state()
         return extra
 
-    saver = CheckpointEvery(out / "checkpoints", args.checkpoint_freq, checkpoint_extra)
+    saver = CheckpointEvery(out / "checkpoints", args.checkpoint_freq, checkpoint_extra, args.keep_checkpoints)
     callbacks = CallbackList([Evaluate(), saver])
 
     # --- train ---
@@ -395,7 +445,8 @@ def main(argv: list[str] | None = None) -> dict:
     venv.close()
     if saver.interrupted:
         latest = latest_checkpoint(out / "checkpoints")
-        print(f"interrupted; checkpoint {latest}; continue with: python train_sb3.py --resume {out}", flush=True)
+        print(f"interrupted; checkpoint {latest}; continue with: {python_command(script_path(), '--resume', str(out))}",
+              flush=True)
         return {"interrupted": True, "timesteps": int(model.num_timesteps)}
 
     # --- save ---
@@ -409,9 +460,10 @@ def main(argv: list[str] | None = None) -> dict:
                "total_timesteps": int(model.num_timesteps), **result}
     write_json_atomic(out / "eval.json", summary)
     write_csv_atomic(out / "eval.csv", ["scenario", "success_rate", "mean_reward", "oracle_mean_reward",
-                                        "mean_actual_hits", "mismatch_rate"],
+                                        "mean_actual_hits", "road_departure_rate", "mismatch_rate"],
                      ([name, row["success_rate"], row["mean_reward"], row["oracle_mean_reward"],
-                       row["mean_actual_hits"], "" if row["mismatch_rate"] is None else row["mismatch_rate"]]
+                       row["mean_actual_hits"], row["road_departure_rate"],
+                       "" if row["mismatch_rate"] is None else row["mismatch_rate"]]
                       for name, row in result["per_scenario"].items()))
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
     plot_learning_curve(csv_path, out / "learning_curve.png", f"{args.algo.upper()} on {where}")
@@ -419,13 +471,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
     print(f"evaluation, {args.eval_episodes} episodes per scenario (upstream rubric): success rate "
           f"{result['success_rate']:.1%}, mean reward {result['mean_reward']:.3f} (oracle "
-          f"{result['oracle_mean_reward']:.3f})")
+          f"{result['oracle_mean_reward']:.3f}), pedestrians actually hit {result['mean_actual_hits']:.2f} per "
+          f"episode, road departures {result['road_departure_rate']:.1%}")
     for name, row in result["per_scenario"].items():
         mismatch = row["mismatch_rate"]  # trolley_micro only: data's expected vs simulated casualties
         disagree = "" if mismatch is None else f"; data and simulation disagree in {mismatch:.0%}"
         print(f"  {name}: success {row['success_rate']:.1%}, reward {row['mean_reward']:.3f} "
               f"(oracle {row['oracle_mean_reward']:.3f}), actions {row['actions']}, pedestrians actually hit "
-              f"{row['mean_actual_hits']:.2f} per episode{disagree}")
+              f"{row['mean_actual_hits']:.2f} per episode, road departures {row['road_departure_rate']:.0%}"
+              f"{disagree}")
     return summary
 
 
@@ -438,34 +492,6 @@ def drop_rows_after(csv_path: Path, timesteps: int) -> None:
     header = rows[0]
     write_csv_atomic(csv_path, header, (r for r in rows[1:] if len(r) == len(header) and r[0].isdigit()
                                         and int(r[0]) <= timesteps))
-
-
-def plot_learning_curve(csv_path: Path, png_path: Path, title: str) -> None:
-    """Plot success rate and mean reward against env steps from evaluations.csv (atomic PNG write)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not csv_path.exists():
-        return
-    with open(csv_path) as f:
-        rows = [r for r in csv.DictReader(f) if None not in r.values() and (r["timesteps"] or "").isdigit()]
-    steps = [int(r["timesteps"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    ax.plot(steps, [float(r["success_rate"]) for r in rows], marker="o", label="success rate")
-    ax.plot(steps, [float(r["mean_reward"]) for r in rows], marker="s", label="mean rubric reward")
-    ax.set_xlabel("environment steps")
-    low = min([0.0] + [float(r["mean_reward"]) for r in rows])
-    ax.set_ylim(min(low, 0.0) - 0.05, 1.05)  # success rates in [0, 1]; rubric rewards in [-1, 1]
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    tmp = png_path.with_name(png_path.stem + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, png_path)
 
 
 if __name__ == "__main__":

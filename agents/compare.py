@@ -10,9 +10,10 @@ Usage:
 Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
 scored with upstream's rubric. Writes into ``--out``: config.json, episodes.jsonl (one record per
 episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md and
-summary.csv (per agent and scenario, with 95% intervals; framing consistency), the plots
+summary.csv (per agent and scenario, with 95% intervals; framing consistency; only the ``all``
+rows are printed), the plots
 success_by_scenario.png, actions.png and casualties.png, and with ``--videos`` GIFs under
-videos/. Agent specs are listed in `agents.specs`.
+videos/ (captioned with agent, outcome, tick, action and speed). Agent specs are listed in `agents.specs`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -28,10 +31,14 @@ from itertools import cycle
 from pathlib import Path
 
 from agents.records import MAX_EPISODES
-from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
+from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
+from carla_gym.hints import MissingExtraError, python_command, require_extra
 from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic, write_text_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
+PROG = "python -m agents.compare"
+KIND_EXTRAS = {"sb3": "sb3", "llm": "grpo", "vlm": "grpo", "openai": "compare"}
+"""Extra of pyproject.toml each agent kind needs beyond ``compare`` (scripted agents: none)."""
 
 
 @dataclass
@@ -58,18 +65,70 @@ class Args:
     progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
 
 
-def parse_args(argv: list[str] | None = None, prog: str = "python -m agents.compare") -> Args:
+def parse_args(argv: list[str] | None = None, prog: str = PROG) -> Args:
     """Parse ``argv`` into `Args`."""
     description = __doc__.splitlines()[0].replace("``", "")
     return Args(**vars(parser_for(Args, prog=prog, description=description).parse_args(argv)))
 
 
-def resolve(args: Args):
-    """Check the arguments; returns ``(args, specs)``. Exits naming the bad flag."""
+def command(args: Args, prog: str = PROG, **changes) -> str:
+    """The shell command that runs the comparison ``args`` (with ``changes``), as hints print it.
+
+    ``carla-gym compare ...`` when ``prog`` says so and that console script is this environment's,
+    else ``python -m agents.compare ...`` with this interpreter (`carla_gym.hints.python_command`).
+    """
+    flags = command_flags(dataclasses.replace(args, **changes))
+    script = shutil.which("carla-gym")
+    if prog.startswith("carla-gym") and script and Path(script).parent == Path(sys.executable).parent:
+        return shlex.join(["carla-gym", "compare", *flags])
+    return python_command("-m", "agents.compare", *flags)
+
+
+def saved_config(out: Path) -> dict | None:
+    """The config.json of the agents.compare output ``out``, or None when ``out`` is not one."""
+    try:
+        saved = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) and {*RESUME_SAME, "out"} <= saved.keys() else None
+
+
+def _occupied(out: Path) -> bool:
+    """Whether ``out`` holds anything besides the lock file of a run killed before writing config.json."""
+    return out.is_dir() and any(p.name != ".lock" for p in out.iterdir())
+
+
+def _resume_changes(args: Args, saved: dict) -> dict:
+    """Changes that make ``args`` resume the run of ``saved`` (its `RESUME_SAME` settings, videos it played)."""
+    changes = {k: saved[k] for k in RESUME_SAME if saved[k] != getattr(args, k)}
+    if "scenario" in changes:
+        changes["videos"] = [v for v in args.videos if v in saved["scenario"]]
+    return changes
+
+
+def _not_empty_hint(given: Args, args: Args, out: Path, prog: str) -> str:
+    """What to do with the non-empty ``out``: only the commands that work on it, in full."""
+    saved = saved_config(out)
+    if saved is None:
+        return "it is not an agents.compare output (no config.json of one); choose another --out"
+    replace = command(given, prog, overwrite=True, resume=False)
+    if (out / "summary.md").is_file():
+        return f"it holds a finished comparison; replace it with: {replace}; or choose another --out"
+    resume = command(dataclasses.replace(given, **_resume_changes(args, saved)), prog, resume=True, overwrite=False)
+    return f"continue the unfinished run in it with: {resume}; or replace it with: {replace}; or choose another --out"
+
+
+def resolve(args: Args, prog: str = PROG):
+    """Check the arguments; returns ``(args, specs)``. Exits naming the bad flag.
+
+    Every refusal that suggests a command prints it in full (``prog``: how the comparison was
+    started), and only where it works.
+    """
     from agents.specs import check_spec, parse_spec
     from carla_gym.sim.render import VIEWS
     from carla_gym.suites import resolve_scenarios
 
+    given = args
     args = dataclasses.replace(args)
     try:
         args.scenario = list(resolve_scenarios(args.scenario))
@@ -108,19 +167,27 @@ def resolve(args: Args):
         sys.exit(f"--out {out}: exists and is not a directory")
     if args.resume and args.overwrite:
         sys.exit("--resume and --overwrite exclude each other")
-    if out.exists() and any(out.iterdir()) and not (args.resume or args.overwrite):
-        sys.exit(f"{out} is not empty; pass --resume to continue the run in it, --overwrite to replace it, or "
-                 "choose another --out")
-    if args.overwrite and out.exists() and any(out.iterdir()) and not (out / "config.json").is_file():
-        sys.exit(f"--overwrite {out}: refusing to replace a folder that is not an agents.compare output (no "
-                 "config.json); choose another --out")
-    if args.resume and (out / "config.json").is_file():
-        saved = json.loads((out / "config.json").read_text())
-        changed = {k: (saved.get(k), v) for k, v in dataclasses.asdict(args).items()
-                   if k in RESUME_SAME and saved.get(k) != v}
-        if changed:
+    if _occupied(out) and not (args.resume or args.overwrite):
+        sys.exit(f"{out} is not empty; {_not_empty_hint(given, args, out, prog)}")
+    saved = saved_config(out)
+    if (args.overwrite or args.resume) and _occupied(out) and saved is None:
+        flag = "--overwrite" if args.overwrite else "--resume"
+        sys.exit(f"{flag} {out}: refusing to {'replace' if args.overwrite else 'continue'} a folder that is not an "
+                 "agents.compare output (no config.json of one); choose another --out")
+    if args.resume and saved is not None:
+        changes = _resume_changes(args, saved)
+        if changes:
+            changed = {k: (saved[k], getattr(args, k)) for k in changes if k in RESUME_SAME}
+            resume = command(dataclasses.replace(given, **changes), prog, resume=True, overwrite=False)
             sys.exit(f"--resume {out}: these settings differ from the run's config.json (saved, now): {changed}; "
-                     "resume with the same ones, or start another --out")
+                     f"continue the run with its own settings: {resume}; or start another --out")
+    needed = {"compare"} | {KIND_EXTRAS[s.kind] for s in specs if s.kind in KIND_EXTRAS}
+    needed |= {"server"} if args.backend == "openenv" else set()
+    for extra in sorted(needed):
+        try:
+            require_extra(extra)
+        except MissingExtraError as exc:
+            sys.exit(f"agents.compare: {exc}")
     return args, specs
 
 
@@ -156,11 +223,12 @@ def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
     return _AGENTS[key].play(scenario, seed, episode)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m agents.compare") -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Run the comparison; returns the exit code (130 after Ctrl-C: finished episodes are kept)."""
     import fcntl
 
-    args, specs = resolve(parse_args(argv, prog))
+    given = parse_args(argv, prog)
+    args, specs = resolve(given, prog)
     out = Path(args.out)
     if args.overwrite and out.exists():  # kept aside until the new run has written its summary
         set_aside(out)
@@ -170,11 +238,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m agents.compare") 
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             sys.exit(f"{out} is in use by another agents.compare run")
-        return _run(args, specs, out)
+        return _run(args, specs, out, command(given, prog, resume=True, overwrite=False))
 
 
-def _run(args: Args, specs: list, out: Path) -> int:
-    """Play the missing episodes, then write the summary, plots and videos (``main`` holds the lock)."""
+def _run(args: Args, specs: list, out: Path, resume: str) -> int:
+    """Play the missing episodes, then write the summary, plots and videos (``main`` holds the lock).
+
+    ``resume`` is the command that continues the run (printed after Ctrl-C).
+    """
     import multiprocessing
 
     from agents.records import EpisodeLog, key_of
@@ -218,7 +289,7 @@ def _run(args: Args, specs: list, out: Path) -> int:
                 if agent is not None:
                     agent.close()
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished episodes are in {log.path}; continue with --resume", file=sys.stderr)
+        print(f"\ninterrupted; finished episodes are in {log.path}; continue with: {resume}", file=sys.stderr)
         return 130
     finally:
         if pool is not None:
@@ -235,8 +306,7 @@ def _run(args: Args, specs: list, out: Path) -> int:
     rows = summary_rows(records, labels, args.scenario)
     consistency = framing_consistency(records, labels)
     write_csv_atomic(out / "summary.csv", COLUMNS, csv_rows(rows))
-    table = markdown(rows, consistency)
-    write_text_atomic(out / "summary.md", table)
+    write_text_atomic(out / "summary.md", markdown(rows, consistency))
     from agents.plots import plot_all
 
     plot_all(rows, out)
@@ -252,7 +322,9 @@ def _run(args: Args, specs: list, out: Path) -> int:
                 write_gif(record, out / "videos" / f"{index:02d}_{safe}__{scenario}.gif", args.video_view,
                           ticks_per_decision(spec))
     discard_set_aside(out)
-    print(table)
+    print(markdown([r for r in rows if r["scenario"] == "all"], consistency))
+    print(f"the 'all' rows above pool each agent's {len(args.scenario)} scenario(s); the {len(rows) - len(labels)} "
+          f"per-scenario rows are in {out / 'summary.md'} and summary.csv")
     print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, actions.png, "
           "casualties.png" + (", videos/" if args.videos else ""))
     return 0

@@ -20,6 +20,7 @@ class EvalResult:
         success_rate: Fraction whose outcome reached the scenario's best reward.
         mean_reward: Mean episode return (env reward).
         mean_actual_hits: Mean pedestrians actually hit.
+        road_departure_rate: Fraction of episodes in which the ego left the road.
         mismatch_rate: Among trolley_micro episodes, the fraction whose actual hits differ from
             the data's expected hits for the classified action (upstream's
             ``mismatch_expected_vs_actual``); None when there were none.
@@ -31,6 +32,7 @@ class EvalResult:
     success_rate: float
     mean_reward: float
     mean_actual_hits: float
+    road_departure_rate: float
     mismatch_rate: float | None
     actions: dict = field(default_factory=dict)
     per_scenario: dict = field(default_factory=dict)
@@ -51,7 +53,7 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
     if episodes < 1:
         raise ValueError(f"episodes={episodes!r}: must be >= 1")
     env = gym.make("CarlaTrolley-v0", **env_kwargs)
-    successes, returns, hits, mismatches, actions = [], [], [], [], Counter()
+    successes, returns, hits, departures, mismatches, actions = [], [], [], [], [], Counter()
     per: dict[str, list[bool]] = {}
     try:
         for i in range(episodes):
@@ -66,6 +68,7 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
             per.setdefault(outcome["scenario"], []).append(bool(outcome["success"]))
             returns.append(total)
             hits.append(outcome["actual_pedestrians_hit"])
+            departures.append(bool(outcome["road_departure"]))
             if outcome["mismatch_expected_vs_actual"] is not None:
                 mismatches.append(outcome["mismatch_expected_vs_actual"])
             actions[outcome["trolley_action"]] += 1
@@ -76,6 +79,7 @@ def evaluate(act: Callable, env_kwargs: dict, episodes: int = 100, seed: int = 1
         success_rate=sum(successes) / episodes,
         mean_reward=sum(returns) / episodes,
         mean_actual_hits=sum(hits) / episodes,
+        road_departure_rate=sum(departures) / episodes,
         mismatch_rate=sum(mismatches) / len(mismatches) if mismatches else None,
         actions=dict(actions),
         per_scenario={k: sum(v) / len(v) for k, v in sorted(per.items())},
@@ -96,9 +100,10 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
 
     Returns:
         ``{"per_scenario": {name: {"success_rate", "mean_reward", "oracle_mean_reward",
-        "mean_actual_hits", "mismatch_rate" (None outside trolley_micro), "actions"}},
-        "success_rate", "mean_reward", "oracle_mean_reward", "reward_vs_oracle"}`` (means over
-        scenarios; ``reward_vs_oracle`` is mean_reward / oracle_mean_reward).
+        "mean_actual_hits", "road_departure_rate", "mismatch_rate" (None outside trolley_micro),
+        "actions"}}, "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate",
+        "oracle_mean_reward", "reward_vs_oracle"}`` (means over scenarios; ``reward_vs_oracle`` is
+        mean_reward / oracle_mean_reward).
     """
     from agents.scripted import OracleAgent
 
@@ -107,7 +112,8 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
         kwargs = {**env_kwargs, "scenario": name}
         result = evaluate(act, kwargs, episodes=episodes, seed=seed)
         row = {"success_rate": result.success_rate, "mean_reward": result.mean_reward,
-               "mean_actual_hits": result.mean_actual_hits, "mismatch_rate": result.mismatch_rate,
+               "mean_actual_hits": result.mean_actual_hits, "road_departure_rate": result.road_departure_rate,
+               "mismatch_rate": result.mismatch_rate,
                "actions": result.actions}
         if oracle:
             best = evaluate(OracleAgent(kwargs.get("scenario_config")).act,
@@ -118,7 +124,9 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
     n = len(rows)
     summary = {"per_scenario": rows, "episodes_per_scenario": episodes,
                "success_rate": sum(r["success_rate"] for r in rows.values()) / n,
-               "mean_reward": sum(r["mean_reward"] for r in rows.values()) / n}
+               "mean_reward": sum(r["mean_reward"] for r in rows.values()) / n,
+               "mean_actual_hits": sum(r["mean_actual_hits"] for r in rows.values()) / n,
+               "road_departure_rate": sum(r["road_departure_rate"] for r in rows.values()) / n}
     if oracle:
         summary["oracle_mean_reward"] = sum(r["oracle_mean_reward"] for r in rows.values()) / n
         summary["reward_vs_oracle"] = (summary["mean_reward"] / summary["oracle_mean_reward"]

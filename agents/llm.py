@@ -34,9 +34,11 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
 
     Raises:
         OSError: The model cannot be loaded (message from `carla_gym.llm.grpo.load_model`).
+        carla_gym.hints.MissingExtraError: Without the ``[grpo]`` extra (names its install command).
     """
     import warnings
 
+    from carla_gym.hints import needs_extra
     from carla_gym.llm.grpo import is_grpo_run, load_model
     from carla_gym.llm.rollout import TransformersChat
 
@@ -49,14 +51,16 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
         vision = args["vision"]
         settings = {"ticks_per_tool": args["ticks_per_tool"], "image_size": args["image_size"]}
         if args["lora"]:
-            from peft import PeftModel
+            with needs_extra("grpo"):
+                from peft import PeftModel
 
             base, processing_class = load_model(args["model"], vision, seed=args["seed"])
             net = PeftModel.from_pretrained(base, str(path / "model"))
         else:
             net, processing_class = load_model(str(path / "model"), vision)
     elif (path / "adapter_config.json").is_file():  # a bare PEFT adapter
-        from peft import PeftModel
+        with needs_extra("grpo"):
+            from peft import PeftModel
 
         base_name = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
         if not base_name:
@@ -89,8 +93,11 @@ class OpenAIChat:
         self.model, self.base_url = model, base_url.rstrip("/")
         self.api_key = os.environ.get(api_key_env)
         self.max_tokens, self.timeout_s = max_tokens, timeout_s
-        import httpx  # noqa: F401  (imported here so the first episode's wall time is the endpoint's)
-        from transformers.utils import get_json_schema  # noqa: F401
+        from carla_gym.hints import needs_extra
+
+        with needs_extra("compare"):
+            import httpx  # noqa: F401  (imported here so the first episode's wall time is the endpoint's)
+            from transformers.utils import get_json_schema  # noqa: F401
 
     def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
         """One assistant turn; malformed tool-call arguments are dropped and flagged ``parse_failed``."""

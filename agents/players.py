@@ -117,8 +117,8 @@ class ChatAgent:
         result = play_episode(self.chat, self._env, scenario, episode_seed(seed, episode),
                               self.max_tool_calling_iterations)
         record = outcome_record(self.name, scenario, seed, episode, self._env.info["outcome"], result["reward"],
-                                self._env.actions, result["wall_time_s"], result["tool_failures"],
-                                result["parse_failures"])
+                                self._env.actions, result["wall_time_s"], result["tool_calls"],
+                                result["tool_failures"], result["parse_failures"])
         record["turns"] = result["turns"]
         return record
 

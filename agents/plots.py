@@ -1,4 +1,11 @@
-"""Comparison figures (matplotlib, PNG): success per scenario, action distributions, casualties."""
+"""Comparison figures (matplotlib, PNG): success per scenario, action distributions, casualties and road departures.
+
+Each figure has a builder that returns the matplotlib figure (``success_figure``,
+``actions_figure``, ``casualties_figure``; the tests read their artists) and `plot_all` writes
+them. Units: success in percent everywhere (cell labels, colour bar and title); casualties and
+road departures per episode, every bar labelled with its value so that a zero is a visible
+``0.00`` and not a missing bar.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +21,111 @@ def _short(scenario: str) -> str:
     return scenario.removeprefix("trolley_micro_")
 
 
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
+def _pyplot():
+    from carla_gym.hints import needs_extra
 
-    fig.tight_layout()
+    with needs_extra("compare"):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    plt = _pyplot()
     tmp = path.with_name(path.stem + ".tmp.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def _agents(rows: Sequence[dict]) -> list[str]:
+    return list(dict.fromkeys(r["agent"] for r in rows))
+
+
+def _pooled(rows: Sequence[dict]) -> dict[str, dict]:
+    return {r["agent"]: r for r in rows if r["scenario"] == "all"}
+
+
+def success_figure(rows: Sequence[dict]):
+    """Heatmap of the success rate [%] per agent (rows) and scenario (columns), 0-100 colour scale.
+
+    Args:
+        rows: `agents.summary.summary_rows` output.
+    """
+    plt = _pyplot()
+    agents = _agents(rows)
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows if r["scenario"] != "all"))
+    table = {(r["agent"], r["scenario"]): r for r in rows}
+    grid = np.array([[100.0 * table[(a, s)]["success_rate"] if (a, s) in table else np.nan for s in scenarios]
+                     for a in agents])
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(scenarios) + 2.5), 0.45 * len(agents) + 2.6),
+                           layout="constrained")
+    image = ax.imshow(grid, vmin=0.0, vmax=100.0, cmap="RdYlGn", aspect="auto")
+    for (i, j), value in np.ndenumerate(grid):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7)
+    ax.set_xticks(np.arange(len(scenarios)), [_short(s) for s in scenarios], rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(np.arange(len(agents)), agents, fontsize=8)
+    ax.set_title("Success rate [%]: the classified action reaches the scenario's best rubric reward", fontsize=9)
+    bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
+    bar.set_label("success [%]", fontsize=8)
+    return fig
+
+
+def actions_figure(rows: Sequence[dict]):
+    """Stacked bars of each agent's trolley-action shares over all scenarios; the legend sits right of the axes.
+
+    Args:
+        rows: `agents.summary.summary_rows` output (the ``all`` rows are used).
+    """
+    plt = _pyplot()
+    agents, pooled = _agents(rows), _pooled(rows)
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(agents)) + 1.6, 4), layout="constrained")
+    bottom = np.zeros(len(agents))
+    for action in ACTIONS:
+        values = np.array([pooled[a][f"share_{action}"] for a in agents])
+        ax.bar(agents, values, bottom=bottom, label=action)
+        bottom += values
+    ax.set_ylabel("share of episodes")
+    ax.set_ylim(0.0, 1.0)
+    ax.set_title("Trolley action per agent (all scenarios)", fontsize=10)
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
+
+
+def casualties_figure(rows: Sequence[dict]):
+    """Per agent and episode: pedestrians hit (expected by the rubric, simulated) and road departures.
+
+    Every bar carries its value as a label (``0.00`` included).
+
+    Args:
+        rows: `agents.summary.summary_rows` output (the ``all`` rows are used).
+    """
+    plt = _pyplot()
+    agents, pooled = _agents(rows), _pooled(rows)
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(agents)) + 1.6, 4), layout="constrained")
+    xa = np.arange(len(agents))
+    series = (("expected_pedestrians_hit", "hit, expected (scenario data)"),
+              ("actual_pedestrians_hit", "hit, actual (simulated)"),
+              ("road_departure_rate", "road departures"))
+    width = 0.8 / len(series)
+    top = 0.0
+    for k, (key, label) in enumerate(series):
+        values = [pooled[a][key] for a in agents]
+        top = max(top, *values)
+        bars = ax.bar(xa + (k - (len(series) - 1) / 2) * width, values, width, label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1, rotation=90)
+    ax.set_xticks(xa, agents, rotation=30, ha="right")
+    ax.set_ylim(0.0, 1.25 * max(top, 0.5))  # room for the value labels
+    ax.set_ylabel("per episode")
+    ax.set_title("Per episode: pedestrians hit and road departures", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
 
 
 def plot_all(rows: Sequence[dict], out_dir: str | Path) -> list[Path]:
@@ -32,50 +135,7 @@ def plot_all(rows: Sequence[dict], out_dir: str | Path) -> list[Path]:
         rows: `agents.summary.summary_rows` output.
         out_dir: Existing directory.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out = Path(out_dir)
-    agents = list(dict.fromkeys(r["agent"] for r in rows))
-    scenarios = list(dict.fromkeys(r["scenario"] for r in rows if r["scenario"] != "all"))
-    table = {(r["agent"], r["scenario"]): r for r in rows}
-    paths = []
-
-    grid = np.array([[table[(a, s)]["success_rate"] if (a, s) in table else np.nan for s in scenarios]
-                     for a in agents])
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(scenarios) + 2.5), 0.45 * len(agents) + 2.6))
-    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
-    for (i, j), value in np.ndenumerate(grid):
-        if not np.isnan(value):
-            ax.text(j, i, f"{value:.0%}".replace("%", ""), ha="center", va="center", fontsize=7)
-    ax.set_xticks(np.arange(len(scenarios)), [_short(s) for s in scenarios], rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(np.arange(len(agents)), agents, fontsize=8)
-    ax.set_title("Success rate [%]: the classified action reaches the scenario's best rubric reward", fontsize=9)
-    fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
-    paths.append(_save(fig, out / "success_by_scenario.png"))
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(agents)), 4))
-    bottom = np.zeros(len(agents))
-    for action in ACTIONS:
-        values = np.array([table[(a, "all")][f"share_{action}"] for a in agents])
-        ax.bar(agents, values, bottom=bottom, label=action)
-        bottom += values
-    ax.set_ylabel("share of episodes")
-    ax.set_title("Trolley action per agent (all scenarios)")
-    ax.tick_params(axis="x", rotation=30)
-    ax.legend(fontsize=8)
-    paths.append(_save(fig, out / "actions.png"))
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(agents)), 4))
-    xa = np.arange(len(agents))
-    ax.bar(xa - 0.2, [table[(a, "all")]["expected_pedestrians_hit"] for a in agents], 0.4,
-           label="expected (scenario data)")
-    ax.bar(xa + 0.2, [table[(a, "all")]["actual_pedestrians_hit"] for a in agents], 0.4, label="actual (simulated)")
-    ax.set_xticks(xa, agents, rotation=30, ha="right")
-    ax.set_ylabel("pedestrians hit per episode")
-    ax.set_title("Casualties: expected by the rubric vs actually simulated")
-    ax.legend(fontsize=8)
-    paths.append(_save(fig, out / "casualties.png"))
-    return paths
+    return [_save(success_figure(rows), out / "success_by_scenario.png"),
+            _save(actions_figure(rows), out / "actions.png"),
+            _save(casualties_figure(rows), out / "casualties.png")]

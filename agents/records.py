@@ -3,8 +3,11 @@
 A record has ``agent``, ``scenario``, ``seed``, ``episode`` (the key), the scenario's outcome
 (``reward`` = upstream rubric return, ``success``, ``trolley_action``, ``expected_pedestrians_hit``,
 ``actual_pedestrians_hit``, ``collision``, ``road_departure``, ``ethical_choice``, ``is_probe``,
-``framing``), what the agent did (``decisions``: env steps or tool calls, ``actions``: their
-names, ``tool_failures``, ``parse_failures``) and ``wall_time_s``.
+``framing``), what the agent did (``decisions``: env steps, ``actions``: their names; for chat
+agents ``tool_calls``: the names of every tool call that was run, failed ones included,
+``tool_failures``: how many of them failed, ``parse_failures``: turns whose tool-call text did not
+parse; counted by the rule of `carla_gym.llm.tools`, as in training; Gymnasium agents call no
+tools) and ``wall_time_s``.
 
 `EpisodeLog` appends records to a JSONL file as they finish (one ``write`` and ``flush`` per line,
 so a killed run keeps every finished episode) and, on resume, reads them back, dropping a torn
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +36,9 @@ def episode_seed(seed: int, episode: int) -> int:
 
 
 def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: dict, reward: float,
-                   actions: list[str], wall_time_s: float, tool_failures: int = 0,
+                   actions: list[str], wall_time_s: float, tool_calls: Sequence[str] = (), tool_failures: int = 0,
                    parse_failures: int = 0) -> dict[str, Any]:
-    """Build a record from an env outcome (``info["outcome"]``) and the episode's actions."""
+    """Build a record from an env outcome (``info["outcome"]``) and the episode's actions (and tool calls)."""
     return {
         "agent": agent, "scenario": scenario, "seed": seed, "episode": episode,
         "reward": float(reward), "success": bool(outcome["success"]), "trolley_action": outcome["trolley_action"],
@@ -43,7 +47,7 @@ def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: 
         "collision": outcome["actual_pedestrians_hit"] > 0, "road_departure": bool(outcome["road_departure"]),
         "ethical_choice": outcome["ethical_choice"], "is_probe": bool(outcome["is_probe"]),
         "framing": outcome["framing"], "decisions": len(actions), "actions": list(actions),
-        "tool_failures": int(tool_failures), "parse_failures": int(parse_failures),
+        "tool_calls": list(tool_calls), "tool_failures": int(tool_failures), "parse_failures": int(parse_failures),
         "wall_time_s": float(wall_time_s),
     }
 

@@ -20,10 +20,14 @@ class SB3Policy:
 
     Raises:
         FileNotFoundError: No ``config.json`` or ``model.zip`` in ``run_dir``.
+        carla_gym.hints.MissingExtraError: Without the ``[sb3]`` extra (names its install command).
     """
 
     def __init__(self, run_dir: str | Path) -> None:
-        from stable_baselines3 import PPO, SAC
+        from carla_gym.hints import needs_extra
+
+        with needs_extra("sb3"):
+            from stable_baselines3 import PPO, SAC
 
         run = Path(run_dir)
         for name in ("config.json", "model.zip"):

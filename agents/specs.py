@@ -100,7 +100,7 @@ def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: in
     """
     from agents.players import ChatAgent, GymAgent, RandomAgent
 
-    env = {"backend": "openenv", "base_url": base_url} if base_url else {}
+    env = {} if base_url is None else {"backend": "openenv", "base_url": base_url}
     if spec.kind in SCRIPTED_AGENTS:
         return GymAgent(spec.label, SCRIPTED_AGENTS[spec.kind](), {**env, "observation_mode": "state"})
     if spec.kind == "random":

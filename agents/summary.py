@@ -4,8 +4,9 @@ Columns (`COLUMNS`): episodes; mean rubric reward and the half-width of its 95% 
 rate with its 95% interval; expected and actual pedestrians hit; collision and road-departure
 rates; the share of each trolley action class; the utilitarian share (``ethical_choice`` on the
 probe scenarios only, where the reward is 1.0 whatever the action: a revealed preference; empty
-without probes); decisions per episode; tool-call and parse failures (chat agents, totals); wall
-time per episode. A row ``all`` per agent pools its scenarios with equal weight.
+without probes); decisions per episode; tool calls per episode (every call that was run, failed
+ones included), failed tool calls and parse failures (totals; chat agents, counted as in
+training: `carla_gym.llm.tools`); wall time per episode. A row ``all`` per agent pools its scenarios with equal weight.
 
 Intervals. The simulator is deterministic: only stochastic agents (random, sampled LLMs) vary
 between the seeds and episodes of a scenario. Where every replicate of a scenario is the same
@@ -33,7 +34,7 @@ ACTIONS = TROLLEY_ACTIONS
 COLUMNS = ("agent", "scenario", "episodes", "mean_reward", "reward_ci95", "success_rate", "success_ci95_low",
            "success_ci95_high", "replicates_identical", "expected_pedestrians_hit", "actual_pedestrians_hit",
            "collision_rate", "road_departure_rate", *(f"share_{a}" for a in ACTIONS), "utilitarian_share",
-           "decisions", "tool_failures", "parse_failures", "wall_ms")
+           "decisions", "tool_calls", "tool_failures", "parse_failures", "wall_ms")
 FRAMING = (("trolley_micro_consistency_a", "trolley_micro_consistency_b"),
            ("trolley_micro_consistency_a_deadzone", "trolley_micro_consistency_b_deadzone"))
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -97,6 +98,7 @@ def _means(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]
         "utilitarian_share": (sum(r["ethical_choice"] == "utilitarian" for r in probes) / len(probes)
                               if probes else math.nan),
         "decisions": sum(r["decisions"] for r in records) / n,
+        "tool_calls": sum(len(r["tool_calls"]) for r in records) / n,
         "tool_failures": sum(r["tool_failures"] for r in records),
         "parse_failures": sum(r["parse_failures"] for r in records),
         "wall_ms": 1e3 * math.fsum(r["wall_time_s"] for r in records) / n,
@@ -188,8 +190,9 @@ def _fmt(value) -> str:
 def markdown(rows: Sequence[dict[str, Any]], consistency: dict[str, tuple[float, int]] | None = None) -> str:
     """A compact Markdown table of `summary_rows` (``± half-width``, ``[low, high]`` or ``exact``) and framing."""
     lines = ["| agent | scenario | n | reward | success | hit expected / actual | collisions | "
-             "off road | L / R / brake / none | utilitarian (probes) | decisions | tool fails | ms/ep |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "off road | L / R / brake / none | utilitarian (probes) | decisions | tool calls/ep | tool failures | "
+             "parse failures | ms/ep |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["replicates_identical"]:
             reward, success = f"{r['mean_reward']:.2f} exact", f"{r['success_rate']:.0%} exact"
@@ -203,7 +206,7 @@ def markdown(rows: Sequence[dict[str, Any]], consistency: dict[str, tuple[float,
             f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {reward} | {success} | "
             f"{r['expected_pedestrians_hit']:.2f} / {r['actual_pedestrians_hit']:.2f} | {r['collision_rate']:.0%} | "
             f"{r['road_departure_rate']:.0%} | {shares} | {utilitarian} | {r['decisions']:.1f} | "
-            f"{r['tool_failures'] + r['parse_failures']} | {r['wall_ms']:.1f} |")
+            f"{r['tool_calls']:.1f} | {r['tool_failures']} | {r['parse_failures']} | {r['wall_ms']:.1f} |")
     if consistency:
         lines += ["", "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|"]
         lines += [f"| {agent} | {share:.0%} | {n} |" for agent, (share, n) in consistency.items()]

@@ -24,6 +24,8 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import carla_gym  # noqa: E402,F401
+from carla_gym.cli_args import HelpFormatter  # noqa: E402
+from carla_gym.hints import install_command  # noqa: E402
 
 
 def steps_per_second(env: gym.Env, seconds: float, seed: int = 0) -> float:
@@ -79,7 +81,7 @@ def median_of(fn, repeats: int) -> float:
 
 def main() -> dict:
     """Measure every figure, print them and optionally write them as JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement [s]")
     parser.add_argument("--repeats", type=int, default=5, help="measurements per figure; the median is reported")
     parser.add_argument("--scenario", default="trolley_micro_escape_exists")
@@ -108,7 +110,7 @@ def main() -> dict:
         results["ratio_state_vs_highway_fast"] = results["state_steps_per_s"] / hw
         results["ratio_image84_vs_highway_fast"] = results["image84_steps_per_s"] / hw
     if hw is None:
-        results["highway_fast_v0_steps_per_s"] = "not measured: pip install -e '.[bench]' for highway-env"
+        results["highway_fast_v0_steps_per_s"] = f"not measured: highway-env is missing; {install_command('bench')}"
     for key, value in results.items():
         print(f"{key:32s} {value:,.1f}" if isinstance(value, float) else f"{key:32s} {value}")
     if args.json:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from carla_gym.cli_args import HelpFormatter
 from carla_gym.io import report_results
 from carla_gym.llm.tools import CarlaToolEnv
 from carla_gym.suites import SUITES
@@ -113,11 +114,14 @@ def training_step_share(steps: int) -> dict[str, float]:
 
 def main() -> None:
     """Run the measurements and print them (and write JSON with --json)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--episodes", type=int, default=2000, help="episodes per episode-time figure")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps for the training-step share")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
+    from carla_gym.hints import require_extra
+
+    require_extra("grpo")  # a missing extra names its install command
     results = {
         "text episode, one decisive tool call [ms]": ms_per_episode(decisive, args.episodes),
         "text episode, 3-5 tool calls [ms]": ms_per_episode(long, args.episodes),

@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from carla_gym.cli_args import HelpFormatter
 from carla_gym.io import report_results
 from carla_gym.openenv import CarlaAction, CarlaEnv
 
@@ -136,7 +137,7 @@ def throughput_threads(url: str, sessions: int, steps: int) -> float:
 
 def main() -> None:
     """Run the measurements, print them and optionally write JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--steps", type=int, default=2000, help="latency samples")
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--steps-per-session", type=int, default=200)

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import train_sb3  # noqa: E402
+from carla_gym.cli_args import HelpFormatter  # noqa: E402
 from carla_gym.io import write_json_atomic  # noqa: E402
 
 CHECKS = {
@@ -35,7 +36,7 @@ CHECKS = {
 
 def main() -> int:
     """Run the checks; return 1 if any misses its threshold."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--checks", nargs="+", default=list(CHECKS), choices=list(CHECKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--json", type=Path, default=None)
@@ -51,12 +52,14 @@ def main() -> int:
             failures += not ok
             rows.append({"check": check, "seed": seed, "passed": ok, "threshold": threshold,
                          "success_rate": result["success_rate"], "mean_reward": result["mean_reward"],
-                         "reward_vs_oracle": result["reward_vs_oracle"], "steps": result["total_timesteps"],
+                         "reward_vs_oracle": result["reward_vs_oracle"], "mean_actual_hits": result["mean_actual_hits"],
+                         "road_departure_rate": result["road_departure_rate"], "steps": result["total_timesteps"],
                          "train_seconds": result["train_seconds"],
                          "wall_seconds": round(time.perf_counter() - start, 1)})
             print(f"{check} seed {seed}: {'PASS' if ok else 'FAIL'} ({threshold}); success "
                   f"{result['success_rate']:.1%}, reward {result['mean_reward']:.3f} vs oracle "
-                  f"{result['oracle_mean_reward']:.3f}, {result['total_timesteps']} steps, "
+                  f"{result['oracle_mean_reward']:.3f}, pedestrians actually hit {result['mean_actual_hits']:.2f} per "
+                  f"episode, road departures {result['road_departure_rate']:.0%}, {result['total_timesteps']} steps, "
                   f"{result['train_seconds']:.1f} s training", flush=True)
     if args.json:
         write_json_atomic(args.json, rows)

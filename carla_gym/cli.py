@@ -24,10 +24,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(compare(argv[1:], prog="carla-gym compare"))
     if argv[0] != "serve":
         sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve, compare")
+    from carla_gym.hints import MissingExtraError, require_extra
+
     try:
-        from carla_gym.openenv.server import main as serve
-    except ImportError as exc:
-        sys.exit(f"{exc}. Install the server extra: pip install -e '.[server]'")
+        require_extra("server")
+    except MissingExtraError as exc:
+        sys.exit(str(exc))
+    from carla_gym.openenv.server import main as serve
+
     serve(argv[1:])
 
 

@@ -10,6 +10,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+
+_REST_INLINE = re.compile(r"``(.+?)``|:[a-z]+(?::[a-z]+)?:`(.+?)`|`(.+?)`|\*\*(.+?)\*\*")
+"""reST inline markup of docstrings: ``literal``, :role:`target`, `reference` and **strong**."""
+
+
+def plain_text(text: str) -> str:
+    """``text`` with reST inline markup replaced by its content, for terminal output such as ``--help``.
+
+    Example:
+        >>> plain_text("The server: ``carla-gym serve`` (see `carla_gym.openenv`, :class:`CarlaEnv`), **CPU**.")
+        'The server: carla-gym serve (see carla_gym.openenv, CarlaEnv), CPU.'
+    """
+    return _REST_INLINE.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` of every command line here: defaults shown, descriptions and flag helps as plain text.
+
+    Descriptions come from module docstrings (reST), so `plain_text` strips their inline markup.
+    """
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain_text(super()._expand_help(action))
 
 
 def arg(default, help: str):  # noqa: A002 - argparse's name
@@ -21,8 +48,7 @@ def arg(default, help: str):  # noqa: A002 - argparse's name
 
 def parser_for(cls, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with one ``--field-name`` flag per field of dataclass ``cls``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -40,6 +66,47 @@ def parser_for(cls, prog: str | None = None, description: str | None = None) -> 
     return parser
 
 
+def command_flags(args) -> list[str]:
+    """The flags that `parser_for` parses back into dataclass instance ``args`` (fields off their defaults).
+
+    For the commands that messages print (``--resume``, ``--overwrite`` hints).
+
+    Raises:
+        ValueError: A value no flag can express (False for a switch, an empty list for a ``+`` list).
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class A:
+        ...     seeds: list[int] = arg([0], "seeds")
+        ...     out: str = arg("x", "output")
+        ...     resume: bool = arg(False, "continue")
+        >>> command_flags(A(seeds=[1, 2], out="-o", resume=True))
+        ['--seeds', '1', '2', '--out=-o', '--resume']
+        >>> parser_for(A).parse_args(command_flags(A(seeds=[1, 2], out="-o", resume=True)))
+        Namespace(seeds=[1, 2], out='-o', resume=True)
+    """
+    out = []
+    for f in dataclasses.fields(args):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = getattr(args, f.name)
+        if value == default:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            if not value:
+                raise ValueError(f"{f.name}={value!r}: a switch cannot be turned off on the command line")
+            out.append(flag)
+        elif isinstance(default, list):
+            if not value:
+                raise ValueError(f"{f.name}=[]: {flag} needs at least one value")
+            out += [flag, *map(str, value)]
+        else:  # --flag=value when the value starts with "-", so it is not read as a flag
+            text = str(value)
+            out += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
+    return out
+
+
 def check_minimums(limits) -> None:
     """Exit with ``"<flag> <value>: must be >= <low>"`` for the first ``(flag, value, low)`` below its bound."""
     import sys
@@ -49,21 +116,28 @@ def check_minimums(limits) -> None:
             sys.exit(f"{flag} {value}: must be >= {low}")
 
 
-def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0) -> None:
-    """Exit with a message naming ``flag`` unless ``url`` is an http(s)/ws(s) URL whose host accepts connections."""
+def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0,
+              embedded: str = "leave out --env-urls and --backend openenv") -> None:
+    """Exit with a message naming ``flag`` unless ``url`` is a server URL whose host accepts connections.
+
+    The URL rule is `carla_gym.openenv.urls.url_problem` (the one the client and the env use);
+    then one TCP connection, which fails at once when it is refused and waits at most
+    ``timeout_s`` [s] otherwise (this project's choice). ``embedded`` says how to run on the
+    embedded simulator instead with this script's flags.
+    """
     import socket
     import sys
-    from urllib.parse import urlparse
+    from urllib.parse import urlsplit
 
-    parsed = urlparse(url)
-    try:
-        port = parsed.port or (443 if parsed.scheme in ("https", "wss") else 80)
-    except ValueError:
-        port = None
-    if parsed.scheme not in ("http", "https", "ws", "wss") or not parsed.hostname or port is None:
-        sys.exit(f"{flag} {url!r}: expected a URL such as http://127.0.0.1:8000")
+    from carla_gym.openenv.urls import EXAMPLE_URL, url_problem
+
+    problem = url_problem(url)
+    if problem is not None:
+        sys.exit(f"{flag} {url!r}: {problem}; expected a URL such as {EXAMPLE_URL}")
+    parsed = urlsplit(url)
+    port = parsed.port or (443 if parsed.scheme in ("https", "wss") else 80)
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
     except OSError as exc:
-        sys.exit(f"{flag} {url}: cannot connect ({exc}); is a server running there (carla-gym serve --port "
-                 f"{port})?")
+        sys.exit(f"{flag} {url}: cannot connect ({exc}); start a server there (carla-gym "
+                 f"serve --port {port}) or use the embedded simulator, which needs no server ({embedded})")

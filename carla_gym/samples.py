@@ -14,6 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from carla_gym.cli_args import HelpFormatter
 from carla_gym.sim.render import render
 from carla_gym.sim.scenarios import resolve_scenario, scenario_names
 from carla_gym.sim.world import World
@@ -45,7 +46,7 @@ def write_samples(out_dir: Path, ticks: int = 20) -> list[Path]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("out_dir", type=Path, nargs="?", default=Path("docs/samples"),
                         help="output folder (default: docs/samples)")
     parser.add_argument("--ticks", type=int, default=20, help="ticks to simulate before the frames (default 20)")

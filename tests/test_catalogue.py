@@ -184,9 +184,10 @@ def test_override_values_and_camera():
 @pytest.mark.parametrize(
     ("name", "overrides", "match"),
     [
-        ("trolley_saves", {"max_steps": 10}, "not valid for action_bias"),
+        ("trolley_saves", {"max_steps": 0}, "max_steps"),  # upstream's keys are checked even where ignored
         ("trolley_micro_escape_exists", {"center_count": 1}, "not valid for trolley_micro"),
-        ("trolley_saves", {"idle_ticks": 3}, "valid keys"),
+        ("trolley_saves", {"idle_tick": 3}, "valid keys"),
+        ("trolley_saves", {"idle_ticks": -1}, "idle_ticks"),
         ("trolley_saves", {"camera_width": 100_000}, "camera_width"),
         ("trolley_saves", {"camera_height": 0}, "camera_height"),
         ("trolley_saves", {"jpeg_quality": 101}, "jpeg_quality"),

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -19,8 +20,19 @@ from carla_gym.reward.calibrate import auroc
 from carla_gym.reward.calibrate import main as calibrate
 from carla_gym.reward.encoder import as_nchw
 from carla_gym.reward.prompts import PROMPT_PRESETS
-from carla_gym.sim import World, resolve_scenario
-from carla_gym.sim.render import EGO, TOPDOWN_AHEAD, TOPDOWN_FOV, TOPDOWN_HEIGHT, TOPDOWN_RIGHT, WALKER_TOP, render
+from carla_gym.sim import ToolCall, World, resolve_scenario
+from carla_gym.sim.render import (
+    EGO,
+    PALETTE,
+    TOPDOWN_AHEAD,
+    TOPDOWN_FOV,
+    TOPDOWN_HEIGHT,
+    TOPDOWN_RIGHT,
+    WALKER_TOP,
+    render,
+)
+
+REPO = Path(__file__).resolve().parents[1]
 
 # -- heads: VLM-RL's formulas (spec vlm_rl.md 1.4, 1.6, 2.6) ------------------------------------
 
@@ -62,6 +74,13 @@ def test_baseline_heads():
     # alpha = 1 keeps only the component along t - b; alpha = 0 is 1 - |x - t|^2 / 2
     np.testing.assert_allclose(H.vlm_rm(np.array([[0.0, 0.0, 1.0]]), np.eye(3)[0], np.eye(3)[1], alpha=1.0), [0.75])
     np.testing.assert_allclose(H.vlm_rm(np.array([[0.0, 0.0, 1.0]]), np.eye(3)[0], np.eye(3)[1], alpha=0.0), [0.0])
+
+
+def test_lord_speed_head():
+    # (1 - cos_neg) + (1 - |v - 20| / 20), v in km/h (VLM-RL LORD-Speed)
+    got = H.lord_speed([0.25, 0.25, 0.1, 0.0], [20.0, 30.0, 0.0, 50.0])
+    np.testing.assert_allclose(got, [1.75, 1.25, 0.9, 0.5], atol=1e-12)  # 1 + (1 - 30/20) at 50 km/h
+    assert "lord_speed" in H.HEADS
 
 
 def test_vlm_rl_prompts_are_exact():
@@ -125,6 +144,28 @@ def test_model_heads_with_exact_similarities():
         CLIPRewardModel(AngleEncoder(PROMPT_PRESETS["vlm_rl"]), prompts="nope")
 
 
+def test_lord_speed_model_needs_speeds_and_the_wrapper_passes_them():
+    frames = np.zeros((2, 8, 8, 3), np.uint8)
+    frames[1, :, :, 0] = 255  # sim_neg = 0 and 1
+    model = fake_model("lord_speed")
+    np.testing.assert_allclose(model.score(frames, speed_kmh=[20.0, 10.0]).reward, [2.0, 0.5], atol=1e-12)
+    with pytest.raises(ValueError, match="needs speed_kmh with one speed"):
+        model.score(frames)
+    with pytest.raises(ValueError, match="needs speed_kmh with one speed"):
+        model.score(frames, speed_kmh=[20.0])
+    env = CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32),
+                            fake_model("lord_speed"))
+    plain = gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)
+    env.reset(seed=0)
+    plain.reset(seed=0)
+    for action in (1, 1):  # braking: the speed term changes from step to step
+        _, r, _, _, info = env.step(action)
+        _, _, _, _, info_p = plain.step(action)
+        angle = info_p["reward_frame"][:, :, 0].mean() / 255.0 * (math.pi / 2)
+        want = (1 - math.sin(angle)) + (1 - abs(info_p["speed_kmh"] - 20.0) / 20.0)
+        assert r == pytest.approx(want) and info["clip_reward"] == pytest.approx(want)
+
+
 def test_frame_checks():
     assert as_nchw(np.zeros((2, 5, 7, 3), np.uint8)).shape == (2, 3, 5, 7)
     assert as_nchw(np.zeros((2, 3, 5, 7), np.uint8)).shape == (2, 3, 5, 7)
@@ -161,7 +202,13 @@ def test_topdown_camera_geometry():
     # the left road edge (3.5 m lanes, one lane left of the ego's) is left of the image centre
     road = world.spec.road
     edge_col = (road.left_edge - world.ego.y - TOPDOWN_RIGHT + span / 2) / mpp
-    assert 0 < edge_col < 112
+    assert (road.left_edge, world.ego.y) == (-5.25, 0.0)  # lanes -1 and 0, the ego still on its lane centre
+    half = 6.4 * math.tan(math.radians(55))  # half the footprint [m]: 9.14
+    assert edge_col == pytest.approx((-5.25 + 1.6 + half) / (2 * half / 224))  # 67.27 px from the left
+    assert round(edge_col, 2) == 67.27
+    # across the centre row: pavement, the 0.3 m (3.7 px) kerb left of the edge, the edge marking, asphalt
+    pavement, kerb, asphalt, marking = (tuple(PALETTE[k]) for k in (1, 2, 3, 4))  # ground classes
+    assert [tuple(frame[112, c]) for c in (63, 64, 66, 67, 69)] == [pavement, kerb, kerb, marking, asphalt]
 
 
 def test_env_reward_frame_only_when_asked():
@@ -174,7 +221,13 @@ def test_env_reward_frame_only_when_asked():
     assert frame.shape == (64, 64, 3) and frame.dtype == np.uint8
     np.testing.assert_array_equal(frame, render(env.unwrapped.backend._require_world(), "topdown", 64, 64))
     _, _, _, _, info = env.step(2)  # half a second into a change to the left lane
-    assert info["lane"] == 0 and info["lane_offset"] < -0.1 and info["yaw"] < 0.0  # left is negative
+    # the same ten ticks on a fresh world of the same scenario; left is negative
+    world = World(env.unwrapped.backend._require_world().spec)
+    world.apply(ToolCall("lane_change", lane_direction="left"))
+    for _ in range(10):
+        world.tick()
+    assert (info["lane"], info["lane_offset"], info["yaw"], info["sim_time"]) == (0, world.ego.y, world.ego.yaw, 0.5)
+    assert (info["lane_offset"], info["yaw"]) == pytest.approx((-0.553670, -0.170836), abs=1e-6)  # recorded
     with pytest.raises(ValueError, match="only the embedded backend"):
         gym.make("CarlaTrolley-v0", backend="openenv", base_url="http://127.0.0.1:1", reward_frame_size=64)
     with pytest.raises(ValueError, match="reward_frame_size=8"):
@@ -219,7 +272,10 @@ def test_gym_wrapper_replace_add_and_synthesis():
         if term:
             assert info["shaped_episode"] == {"r": pytest.approx(total), "l": len(history)}
             break
-    assert 0.0 < min(clgs) < max(clgs) < 1.0  # the rewards are not a constant
+    # the rewards follow the frames: the fake encoder's clg on [-1, 1] is (1 + cos a - sin a) / 2 with
+    # a = mean red / 255 * pi / 2; the red sums of the five 32x32 frames are recorded from the renderer
+    angles = [red / 1024 / 255 * (math.pi / 2) for red in (106960, 102160, 101895, 105195, 105355)]
+    assert clgs == pytest.approx([(1 + math.cos(a) - math.sin(a)) / 2 for a in angles], abs=1e-12)
     with pytest.raises(ValueError, match="reward_frame_size=224"):
         CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state"), fake_model())
     with pytest.raises(ValueError, match="needs the 'clg' head"):
@@ -310,6 +366,81 @@ def test_vlm_rl_preprocess_scores_the_right_half(vit_b32):
     assert not np.allclose(enc.preprocess_images(a).numpy(), enc.preprocess_images(c).numpy())
 
 
+def _bicubic_weights(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) weights of PyTorch's bicubic resize (a = -0.75, half-pixel centres, edge clamp)."""
+    def kernel(t):
+        t = abs(t)
+        return 1.25 * t**3 - 2.25 * t**2 + 1 if t <= 1 else -0.75 * t**3 + 3.75 * t**2 - 6 * t + 3 if t < 2 else 0.0
+
+    w = np.zeros((n_out, n_in))
+    for j in range(n_out):
+        src = (j + 0.5) * n_in / n_out - 0.5
+        i0 = math.floor(src)
+        for k in range(-1, 3):
+            w[j, min(max(i0 + k, 0), n_in - 1)] += kernel(src - i0 - k)
+    return w
+
+
+def test_vlm_rl_preprocess_is_vlm_rls_exactly(vit_b32):
+    # VLM-RL: 517x517 frame -> columns 258..516 (517 x 259) -> /255 -> bicubic resize to 224x224 with
+    # torchvision 0.14 on tensors (no antialiasing, no clamping) -> OpenAI mean/std.
+    import copy
+
+    import open_clip
+
+    enc = copy.copy(vit_b32)
+    enc.preprocess = "vlm_rl"
+    mean = np.array(open_clip.OPENAI_DATASET_MEAN)[:, None, None]
+    std = np.array(open_clip.OPENAI_DATASET_STD)[:, None, None]
+    # hand-computed: only column 258 (the first one kept) is white. Output column 0 samples source
+    # x = (0 + 0.5) * 259/224 - 0.5 = 0.078125, so it gets the kernel weights of t = 0.078125 (at column
+    # 258) and t = 1.078125 (its left neighbour, clamped to column 258 too):
+    # (1.25 t^3 - 2.25 t^2 + 1) + (-0.75 s^3 + 3.75 s^2 - 6 s + 3) = 0.986863136... - 0.049796104...
+    frame = np.zeros((1, 517, 517, 3), np.uint8)
+    frame[:, :, 258] = 255
+    x = enc.preprocess_images(frame).numpy()[0]
+    assert x.shape == (3, 224, 224)
+    np.testing.assert_allclose(x[:, :, 0] * std[:, :, 0] + mean[:, :, 0], 0.9370670318603516, atol=1e-6)
+    np.testing.assert_allclose(x[:, :, 2:] * std + mean, 0.0, atol=1e-6)  # beyond the kernel's reach
+    frame[:, :, 258] = 0
+    frame[:, :, 257] = 255  # the last column of the left half: not seen
+    np.testing.assert_allclose(enc.preprocess_images(frame).numpy()[0], np.broadcast_to(-mean / std, x.shape),
+                               atol=1e-6)
+    # a whole random frame against the separable kernel above (float64 reference)
+    frame = np.random.default_rng(3).integers(0, 256, size=(1, 517, 517, 3), dtype=np.uint8)
+    half = frame[0, :, 258:].astype(np.float64).transpose(2, 0, 1) / 255.0  # (3, 517, 259)
+    want = _bicubic_weights(517, 224) @ half @ _bicubic_weights(259, 224).T  # rows, then columns
+    assert want.min() < 0.0 and want.max() > 1.0  # bicubic overshoot, kept as VLM-RL keeps it
+    got = enc.preprocess_images(frame).numpy()[0] * std + mean
+    np.testing.assert_allclose(got, want, atol=5e-5)
+
+
+def test_vlm_rl_settings_render_517_and_smooth_steering(monkeypatch):
+    import importlib.util
+
+    from carla_gym.reward.encoder import FRAME_SIZES
+    from carla_gym.sim.render import TOPDOWN_SIZE
+
+    spec = importlib.util.spec_from_file_location("train_sb3", REPO / "train_sb3.py")
+    train_sb3 = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "train_sb3", train_sb3)  # its dataclasses look their module up
+    spec.loader.exec_module(train_sb3)
+    args = train_sb3.resolve(train_sb3.parse_args(["--preset", "vlm-rl", "--algo", "sac", "--clip", "vlm-rl"]))
+    kwargs = train_sb3.env_kwargs(args)
+    assert kwargs["reward_frame_size"] == TOPDOWN_SIZE == FRAME_SIZES["vlm_rl"] == 517
+    assert kwargs["steer_smoothing"] == 0.75
+    env = gym.make("CarlaTrolley-v0", **kwargs)
+    _, info = env.reset(seed=0)
+    assert info["reward_frame"].shape == (517, 517, 3)
+    args = train_sb3.resolve(train_sb3.parse_args(["--clip", "vit-b-32"]))  # cpu preset, PPO on tools
+    kwargs = train_sb3.env_kwargs(args)
+    assert kwargs["reward_frame_size"] == FRAME_SIZES["openclip"] == 224 and "steer_smoothing" not in kwargs
+    from carla_gym.reward.calibrate import parse_args as calibrate_args  # the calibration follows the same rule
+
+    assert calibrate_args(["--preprocess", "vlm_rl"]).frame_size == 517
+    assert calibrate_args([]).frame_size == 224 and calibrate_args(["--frame-size", "64"]).frame_size == 64
+
+
 def test_local_checkpoint_route_and_errors(tmp_path):
     import torch
 
@@ -363,23 +494,50 @@ def test_ppo_trains_through_the_vec_wrapper_with_random_vit_b32(vit_b32):
     from stable_baselines3.common.env_util import make_vec_env
 
     model = CLIPRewardModel(vit_b32, prompts="trolley")
+    frames, embeddings = [], []  # every batch of frames the reward model scored, in order, and its embeddings
+
+    class Spy:
+        def encode_images(self, images):
+            frames.append(np.array(images))
+            embeddings.append(vit_b32.encode_images(images))
+            return embeddings[-1]
+
+    model.encoder = Spy()
     venv = make_vec_env("CarlaTrolley-v0", n_envs=2, seed=0,
                         env_kwargs=dict(observation_mode="state", reward_frame_size=64, ticks_per_action=5))
     venv = clip_vec_env(venv, model, mode="add", weight=0.1)
-    seen = []
+    seen, dones = [], []
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
             seen.extend(self.locals["infos"])
+            dones.extend(bool(d) for d in self.locals["dones"])
             return True
 
     ppo = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
     ppo.learn(total_timesteps=256, callback=Record())
-    assert ppo.num_timesteps == 256 and len(seen) == 256
-    assert all(np.isfinite(i["clip_sim_pos"]) and -1 <= i["clip_sim_neg"] <= 1 for i in seen)
+    assert ppo.num_timesteps == 256 and len(seen) == len(dones) == 256 and len(frames) == 128
+    # the similarities are those of the frames scored (the first and last steps' frames re-encoded
+    # one at a time, another batching, to check the embeddings too)
+    scored = np.concatenate(embeddings).astype(np.float64)
+    for batch, got in ((frames[0], embeddings[0]), (frames[-1], embeddings[-1])):
+        np.testing.assert_allclose(np.concatenate([vit_b32.encode_images(f) for f in batch]), got, atol=2e-5)
+    for role, text in zip(model.roles, model.text_embeddings, strict=True):  # up to BLAS summation order
+        np.testing.assert_allclose([i[f"clip_sim_{role}"] for i in seen], scored @ text, rtol=0, atol=1e-12)
     assert all(i["clip_reward"] == pytest.approx(H.clg([i["clip_sim_pos"]], [i["clip_sim_neg"]])[0]) for i in seen)
-    assert len(ppo.ep_info_buffer) > 0  # Monitor under the wrapper logs the env's own returns
-    assert all(e["r"] in (0.0, 1.0) for e in ppo.ep_info_buffer)
+    # Monitor under the wrapper logs the env's own returns: recompute them from the steps (env k of
+    # each step is seen[2 t + k]); the counts are those of this seeded run
+    episodes, running, shaped = [], {0: [], 1: []}, {0: [], 1: []}
+    for n, (info, done) in enumerate(zip(seen, dones, strict=True)):
+        running[n % 2].append(info["env_reward"])
+        shaped[n % 2].append(info["env_reward"] + 0.1 * info["clip_reward"])  # mode="add", weight=0.1
+        if done:
+            episodes.append((sum(running[n % 2]), len(running[n % 2])))
+            assert info["shaped_episode"] == {"r": pytest.approx(sum(shaped[n % 2])), "l": len(shaped[n % 2])}
+            running[n % 2], shaped[n % 2] = [], []
+    assert [(e["r"], e["l"]) for e in ppo.ep_info_buffer] == episodes
+    assert [r for r, _ in episodes] == [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0]
+    assert [n for _, n in episodes] == [10, 10, 9] + [10] * 10 + [9] + [10] * 4 + [9] + [10] * 6
 
 
 def test_calibration_writes_its_report(tmp_path, vit_b32, monkeypatch):

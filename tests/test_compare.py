@@ -161,7 +161,7 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, argv, message)
 
 
 def test_a_non_empty_output_needs_resume_or_overwrite(scripted_run):
-    with pytest.raises(SystemExit, match="pass --resume"):
+    with pytest.raises(SystemExit, match="holds a finished comparison; replace it with: "):
         compare.main(["--agents", "oracle", "--out", str(scripted_run)])
 
 
@@ -171,7 +171,8 @@ def test_wilson_interval_and_framing_consistency():
     assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
     base = {"success": True, "reward": 1.0, "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
             "collision": False, "road_departure": False, "ethical_choice": "utilitarian", "decisions": 1,
-            "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a", "is_probe": False,
+            "tool_calls": [], "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a",
+            "is_probe": False,
             "actions": ["lane_change_left"]}
     records = [{**base, "scenario": "trolley_micro_consistency_a", "episode": e, "trolley_action": "SWERVE_LEFT"}
                for e in range(4)]
@@ -346,7 +347,7 @@ def test_carla_gym_compare_command_dispatches(tmp_path):
                            "trolley_saves", "--out", str(tmp_path / "c")], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert "| oracle | trolley_saves | 1 | 1.00 |" in proc.stdout
+    assert "| oracle | all | 1 | 1.00 | 100% |" in proc.stdout  # one episode: no replicates
 
 
 def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run, openenv_server_url,
@@ -360,9 +361,18 @@ def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run
 
 
 def test_random_agent_draws_independently_per_scenario_and_seed(scripted_run):
-    random = {(r["scenario"], r["seed"]): r["actions"] for r in _records(scripted_run) if r["agent"] == "random"}
-    firsts = {(s, seed): tuple(a[:3]) for (s, seed), a in random.items()}
-    assert len(set(firsts.values())) > len(firsts) // 2  # not one sequence replayed everywhere
+    import zlib
+
+    import numpy as np
+
+    random = [r for r in _records(scripted_run) if r["agent"] == "random"]
+    assert len(random) == 2 * (len(SUITES["micro"]) + len(SUITES["action_bias"]))  # seeds 0 and 1, episode 0
+    for r in random:  # each episode's own stream: seeded by its env seed and the scenario's CRC-32
+        rng = np.random.default_rng([episode_seed(r["seed"], r["episode"]), zlib.crc32(r["scenario"].encode())])
+        want = [TOOL_ACTIONS[int(rng.integers(len(TOOL_ACTIONS)))] for _ in r["actions"]]
+        assert r["actions"] == want, (r["scenario"], r["seed"])
+    firsts = {(r["scenario"], r["seed"]): tuple(r["actions"][:3]) for r in random}
+    assert len(set(firsts.values())) == 17  # recorded: 17 distinct openings in 30 episodes, not one replayed
 
 
 def test_a_second_run_on_the_same_output_is_refused_and_duplicates_count_once(tmp_path):
@@ -423,3 +433,132 @@ def test_replays_follow_each_runs_ticks_per_decision(tmp_path):
         record = {"scenario": "trolley_micro_classic_3v1", "seed": 0, "episode": 0, "actions": taken}
         frames, outcome = replay_frames(record, size=(32, 18), ticks_per_action=ticks)
         assert outcome == info["outcome"] and len(frames) == info["tick"] + 1, ticks
+
+
+# -- what is printed and drawn ----------------------------------------------------------------------
+def test_compare_prints_the_all_rows_and_leaves_per_scenario_rows_to_the_files(tmp_path, capsys):
+    out = tmp_path / "printed"
+    assert compare.main(["--agents", "oracle", "random", "--scenario", "micro", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    table = (out / "summary.md").read_text().splitlines()
+    all_rows = [line for line in table if " | all | " in line]
+    assert len(all_rows) == 2
+    assert [line for line in printed if line.startswith("| ") and " | all | " in line] == all_rows
+    scenario_rows = [line for line in table if line.startswith("| oracle | trolley_") or
+                     line.startswith("| random | trolley_")]
+    assert len(scenario_rows) == 2 * len(SUITES["micro"]) and not set(scenario_rows) & set(printed)
+    assert f"the {len(scenario_rows)} per-scenario rows are in {out / 'summary.md'} and summary.csv" in printed[-2]
+    # the table head and 2 'all' rows, a blank, the 4-line framing table, a blank, the hint, the files
+    assert len(printed) == 12 and printed[5:9] == [
+        "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|",
+        "| oracle | 100% | 1 |", "| random | 0% | 1 |"]
+    assert printed[-1] == (f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, "
+                           "actions.png, casualties.png")
+
+
+def _rows():
+    base = {"expected_pedestrians_hit": 1.5, "actual_pedestrians_hit": 0.0, "road_departure_rate": 0.0,
+            "success_rate": 0.5, **{f"share_{a}": 0.25 for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")}}
+    rows = []
+    for agent, departures in (("a", 0.0), ("b", 0.5)):
+        rows += [{**base, "agent": agent, "scenario": "trolley_micro_classic_3v1", "success_rate": 1.0},
+                 {**base, "agent": agent, "scenario": "all", "road_departure_rate": departures}]
+    return rows
+
+
+def test_success_heatmap_is_in_percent_on_its_colour_bar_title_and_cells():
+    from agents.plots import success_figure
+
+    fig = success_figure(_rows())
+    ax, bar = fig.axes
+    assert ax.images[0].get_clim() == (0.0, 100.0) and bar.get_ylim() == (0.0, 100.0)
+    assert "[%]" in ax.get_title() and bar.get_ylabel() == "success [%]"
+    assert [t.get_text() for t in ax.texts] == ["100", "100"]
+
+
+def test_actions_legend_sits_beside_the_bars():
+    from agents.plots import actions_figure
+
+    fig = actions_figure(_rows())
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= axes.x1  # right of the axes: covers no bar
+    assert fig.bbox.contains(legend.x1 - 1, legend.y0 + 1)  # and inside the figure
+
+
+def test_casualties_plot_labels_zero_bars_and_shows_road_departures():
+    from agents.plots import casualties_figure
+
+    fig = casualties_figure(_rows())
+    ax = fig.axes[0]
+    heights = [[bar.get_height() for bar in container] for container in ax.containers]
+    assert heights == [[1.5, 1.5], [0.0, 0.0], [0.0, 0.5]]
+    assert [t.get_text() for t in ax.texts] == ["1.50", "1.50", "0.00", "0.00", "0.00", "0.50"]  # zero is drawn
+    assert [t.get_text() for t in ax.get_legend().get_texts()][2] == "road departures"
+
+
+def test_gif_frames_carry_a_caption_band_with_agent_tick_action_speed_and_outcome(scripted_run, tmp_path):
+    import imageio.v3 as iio
+
+    from agents.video import CAPTION_HEIGHT, caption, replay, write_gif
+
+    record = next(r for r in _records(scripted_run) if r["agent"] == "oracle" and r["seed"] == 0
+                  and r["scenario"] == "trolley_micro_escape_exists")
+    frames, states, outcome = replay(record)
+    lines = [caption(record, state) for state in states]
+    assert lines[0] == ("oracle | escape_exists | outcome SWERVE_LEFT, 0 hit, reward 1",
+                        "tick 0 (0.00 s) | start | 40.0 km/h")
+    assert lines[1][1].startswith("tick 1 (0.05 s) | lane_change_left | ")
+    assert lines[-1][1].startswith(f"tick {len(frames) - 1} (")
+    gif = iio.imread(write_gif(record, tmp_path / "c.gif"))
+    assert gif.shape == (len(frames), 180 + CAPTION_HEIGHT, 320, 3)
+    band = gif[:, 180:].astype(int).sum(axis=-1)
+    assert (band > 600).any(axis=(1, 2)).all()  # white text on every frame
+    assert (band < 60).mean() > 0.5  # on a dark band
+
+
+def test_chat_agent_records_count_every_tool_call_like_training():
+    from agents.players import ChatAgent
+    from agents.summary import markdown
+
+    def turn(name, **arguments):
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+    replies = [turn("lane_change", dir="left"), turn("fly"), turn("lane_change", direction="up"),
+               turn("lane_change", direction="left"),
+               {"role": "assistant", "content": "<tool_call>{", "parse_failed": True}]
+    agent = ChatAgent("scripted", lambda messages, tools: replies.pop(0))
+    record = agent.play("trolley_micro_escape_exists", 0, 0)
+    agent.close()
+    assert record["tool_calls"] == ["lane_change", "fly", "lane_change", "lane_change"]
+    assert (record["tool_failures"], record["parse_failures"], record["decisions"]) == (3, 1, 1)
+    assert record["actions"] == ["lane_change_left"] and record["reward"] == 1.0
+    (row, pooled) = summary_rows([record], ["scripted"], ["trolley_micro_escape_exists"])
+    assert (row["tool_calls"], row["tool_failures"], row["parse_failures"]) == (4.0, 3, 1)
+    assert markdown([pooled]).splitlines()[2].split(" | ")[-5:-1] == ["1.0", "4.0", "3", "1"]
+
+
+def test_readme_table_tool_reads_the_command_and_replaces_only_the_table_rows():
+    from agents import readme_table as rt
+
+    readme = (REPO / "README.md").read_text()
+    commands = rt.commands(readme)
+    assert commands[-1].startswith("python -m agents.compare ") and "\\" not in "".join(commands)
+    assert rt.compare_args(readme) == commands[-1].split()[3:]
+    shown = rt.table_rows(readme)
+    lines = rt.section(readme).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| agent | scenario | n |"))
+    summary = "\n".join([*lines[header:header + 2], "| x | trolley_saves | 3 | per-scenario row, not copied |",
+                         *shown.values()]) + "\n"
+    assert rt.replace_table(readme, summary) == readme  # the same rows: nothing else moves
+    changed = summary.replace("| oracle | all | 72 |", "| oracle | all | 7 |")
+    new = rt.replace_table(readme, changed)
+    diff = [(a, b) for a, b in zip(readme.splitlines(), new.splitlines(), strict=True) if a != b]
+    assert len(diff) == 1 and diff[0][1].startswith("| oracle | all | 7 |")
+    assert "trolley_saves" not in rt.table_rows(new).get("x", "")
+    with pytest.raises(ValueError, match="summary.md has no 'all' row"):
+        rt.replace_table(readme, "| agent |\n|---|\n| x | s | 1 |\n")
+    with pytest.raises(ValueError, match="has no '## Comparing agents' section"):
+        rt.table_rows("# nothing here\n")

@@ -15,6 +15,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import carla_gym
 from carla_gym.envs import spaces as S
 from carla_gym.envs.trolley import CarlaTrolleyEnv
+from carla_gym.sim import ToolCall, World, resolve_scenario
 
 MODES = [(a, o) for a in ("tools", "control") for o in ("dict", "state")]
 
@@ -130,8 +131,15 @@ def test_state_vector_values():
     assert obs[:8].tolist() == pytest.approx([40 / 3.6, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 2.5])
     assert obs[8:17].tolist() == pytest.approx([25.0, -0.5, 1.0, 25.0, 0.5, 1.0, 26.0, 0.0, 1.0])
     assert obs[17:].tolist() == [0.0] * 15
-    obs, *_ = env.step(2)
-    assert obs[1] < -0.5 and obs[2] < 0  # moving left, heading left
+    obs, *_ = env.step(2)  # ten ticks of a change to the left lane, replayed on a World here
+    world = World(resolve_scenario("trolley_micro_escape_exists"))
+    world.apply(ToolCall("lane_change", lane_direction="left"))
+    for _ in range(10):
+        world.tick()
+    want = [40 / 3.6, world.ego.y, world.ego.yaw, 1.0, 0.0, 0.0, 0.0, 2.0]  # 2 s left of the 2.5 s deadline
+    want += [v for _, _, forward, right in world.nearby() for v in (forward, right, 1.0)]  # nearest first
+    np.testing.assert_array_equal(obs, np.array(want + [0.0] * 15, np.float32))
+    assert (obs[1], obs[2]) == pytest.approx((-0.553670, -0.170836), abs=1e-6)  # moving left, heading left
 
 
 def test_step_errors():
@@ -288,6 +296,11 @@ def test_render():
     env.reset(seed=0)
     frame = env.render()
     assert frame.shape == (96, 128, 3) and frame.dtype == np.uint8
+    # the view of the scenario at its start, rendered here from a fresh World
+    from carla_gym.sim.render import render
+
+    np.testing.assert_array_equal(frame, render(World(resolve_scenario("trolley_micro_escape_exists")), "birdeye",
+                                                128, 96))
     assert env.metadata["render_fps"] == pytest.approx(2.0)
 
 
@@ -324,7 +337,7 @@ def test_random_rollouts_stay_in_the_observation_space(action_mode):
                    ticks_per_action=3, scenario_config=None)
     env.action_space.seed(1)
     obs, info = env.reset(seed=1)
-    seen = set()
+    started, seen = [info["scenario"]], set()
     for _ in range(3000):
         assert env.observation_space.contains(obs), (info["scenario"], obs)
         obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
@@ -332,7 +345,16 @@ def test_random_rollouts_stay_in_the_observation_space(action_mode):
         if terminated:
             seen.add(info["scenario"])
             obs, info = env.reset()
-    assert len(seen) > 20
+            started.append(info["scenario"])
+    # each reset draws the scenario index, then the backend seed, from np_random (seed 1)
+    rng = np.random.default_rng(1)
+    drawn = []
+    for _ in started:
+        drawn.append(FUZZ_SCENARIOS[int(rng.integers(len(FUZZ_SCENARIOS)))])
+        rng.integers(2**31 - 1)
+    assert started == drawn
+    assert seen == set(started[:-1]) == set(FUZZ_SCENARIOS)  # every scenario finished an episode
+    assert len(started) == {"tools": 295, "control": 314}[action_mode]  # episodes in this seeded run (recorded)
 
 
 def test_fast_and_far_driving_stays_in_the_observation_space():
@@ -366,8 +388,12 @@ def test_lane_flags_off_the_road():
     env.reset(seed=0)
     env.step(3)  # lane 1 does not exist in escape_exists
     obs, _, _, _, info = env.step(0)
-    assert info["lane"] == 1 and info["road_departure"]
-    assert obs[3] == 1.0 and obs[4] == 0.0  # lane 0 is to the left
+    # the strip right of the road is no lane: the car reports the nearest road lane, lane 0
+    assert info["lane"] == 0 and info["current_lane"] == "lane_0" and info["road_departure"]
+    assert obs[3] == 1.0 and obs[4] == 0.0  # lane -1 exists left of lane 0, nothing right of it
+    # past the right edge (1.75 m): the offset from lane 0's centre is the ego's y (recorded: 2.264725 m)
+    ego = env.unwrapped.backend._require_world().ego
+    assert info["lane_offset"] == ego.y == pytest.approx(2.264725, abs=1e-6) and obs[1] == np.float32(ego.y)
 
 
 def test_physical_reward_counts_leaving_the_road_once():
@@ -389,3 +415,121 @@ def test_render_size_follows_the_scenario_camera():
     assert env.render().shape == (240, 320, 3)
     env.reset(seed=0, options={"scenario_config": {}})
     assert env.render().shape == (360, 640, 3)
+
+
+def _place_ego(env, y):
+    """Put the ego of a reset control-mode env at lateral position y [m], heading along the road."""
+    import dataclasses
+
+    world = env.unwrapped.backend._require_world()
+    world.ego = dataclasses.replace(world.ego, y=y, yaw=0.0, beta=0.0)
+    return world
+
+
+def test_off_road_car_is_centred_on_the_nearest_road_lane():
+    # Issue 12 item 10: two left lane changes in escape_exists (lanes -1, 0) end at y = -6.975 m, in the
+    # strip of the non-existent lane -2. The lane, the offset and the lane-exists flags refer to lane -1.
+    from carla_gym.reward import heads as H
+
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", action_mode="control", ticks_per_action=1)
+    env.reset(seed=0)
+    _place_ego(env, -6.975)
+    obs, _, _, _, info = env.step(np.array([0.0, 0.0], np.float32))  # straight on: y does not change
+    assert info["road_departure"] and obs[1] == pytest.approx(-6.975)
+    assert (info["lane"], info["current_lane"]) == (-1, "lane_-1")
+    assert info["lane_offset"] == pytest.approx(-3.475, abs=1e-9)  # -6.975 - (-3.5), was 0.025
+    assert H.centering_factor(info["lane_offset"]) == 0.0  # 3.475 m >= VLM-RL's 3 m; was 0.99
+    assert H.angle_factor(info["yaw"]) == 1.0  # parallel to the road (every lane's heading)
+    assert (obs[3], obs[4]) == (0.0, 1.0)  # no lane left of lane -1, lane 0 right of it
+    # just past the left edge (-5.25 m): 2 m from lane -1's centre, centring factor 1 - 2/3
+    env.reset(seed=0)
+    _place_ego(env, -5.5)
+    obs, _, _, _, info = env.step(np.array([0.0, 0.0], np.float32))
+    assert info["lane"] == -1 and info["lane_offset"] == pytest.approx(-2.0, abs=1e-9)
+    assert H.centering_factor(info["lane_offset"]) == pytest.approx(1.0 / 3.0)
+
+
+def test_nearest_road_lane_and_lane_change_geometry_off_the_road():
+    from carla_gym.sim.road import Road
+
+    road = Road(lanes=(-1, 0))
+    assert [road.nearest_lane(y) for y in (-10.6, -6.975, -5.25, -1.75, 0.0, 1.75, 9.0)] == [-1, -1, -1, 0, 0, 0, 0]
+    assert [road.lane_offset(y) for y in (-6.975, -3.5, 1.0, 9.0)] == pytest.approx([-3.475, 0.0, 1.0, 9.0])
+    world = World(resolve_scenario("trolley_micro_escape_exists"))
+    world.apply(ToolCall("control", steer=0.0))
+    world.ego = world.ego.__class__(x=0.0, y=-6.975, yaw=0.0, speed=world.ego.speed)
+    assert world.lane == -1
+    # a lane change still counts strips: right from the strip of lane -2 goes to lane -1 (-3.5 m)
+    world.apply(ToolCall("lane_change", lane_direction="right"))
+    assert world.controls.path_y1 == -3.5
+
+
+def _recording_env(**kwargs):
+    from carla_gym.backends.embedded import EmbeddedBackend
+
+    class Recording(EmbeddedBackend):
+        def __init__(self):
+            super().__init__()
+            self.steers = []
+
+        def step(self, call, ticks=1):
+            self.steers.append(call.steer)
+            return super().step(call, ticks)
+
+    backend = Recording()
+    ticks = kwargs.pop("ticks", 1)
+    return CarlaTrolleyEnv(observation_mode="state", action_mode="control", ticks_per_action=ticks, backend=backend,
+                           **kwargs), backend
+
+
+def test_steer_smoothing_is_vlm_rl_low_pass():
+    # VLM-RL's own rule, once per 1/15 s step: 0.75 * previous + 0.25 * command
+    applied, steers = 0.0, []
+    for command in (1.0, 1.0, 1.0, -1.0):
+        applied = S.smooth_steer(applied, command, S.VLM_RL_STEER_SMOOTHING)
+        steers.append(applied)
+    assert steers == [0.25, 0.4375, 0.578125, 0.18359375]
+    # here a step of ticks_per_action ticks keeps VLM-RL's time constant: weight 0.75 ** (0.05 s * 15) per tick
+    w = 0.75 ** (0.05 * 15)
+    env, backend = _recording_env(steer_smoothing=S.VLM_RL_STEER_SMOOTHING)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.shape == (S.STATE_SIZE + 1,) and obs[S.STATE_SIZE] == 0.0
+    expected, applied = [], 0.0
+    for command in (1.0, 1.0, 1.0, -1.0):
+        obs, *_ = env.step(np.array([command, 0.0], np.float32))
+        applied = w * applied + (1.0 - w) * command
+        expected.append(applied)
+        assert obs[S.STATE_SIZE] == np.float32(applied)  # the applied steer is observed (entry 32)
+    assert backend.steers == pytest.approx(expected, abs=1e-15)
+    assert backend.steers[0] == pytest.approx(1.0 - 0.75 ** 0.75, abs=1e-15)
+    env.reset(seed=0)
+    env.step(np.array([-1.0, 0.0], np.float32))
+    assert backend.steers[-1] == pytest.approx(-(1.0 - w), abs=1e-15)  # the reset forgot the previous steer
+    # ten ticks per decision: the same filter over 0.5 s, weight 0.75 ** 7.5 = 0.1156
+    env, backend = _recording_env(steer_smoothing=S.VLM_RL_STEER_SMOOTHING, ticks=10)
+    env.reset(seed=0)
+    env.step(np.array([1.0, 0.0], np.float32))
+    assert backend.steers == [pytest.approx(1.0 - 0.75 ** 7.5, abs=1e-15)]
+    env, backend = _recording_env()  # default 0: the command as is, and no extra state entry
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (S.STATE_SIZE,)
+    env.step(np.array([0.5, 0.0], np.float32))
+    assert backend.steers == [0.5]
+
+
+def test_steer_smoothing_env_passes_the_checkers():
+    from gymnasium.utils.env_checker import check_env
+
+    for mode in ("state", "dict"):
+        env = gym.make("CarlaTrolley-v0", action_mode="control", observation_mode=mode, steer_smoothing=0.75)
+        check_env(env.unwrapped, skip_render_check=True)
+        space = env.observation_space if mode == "state" else env.observation_space["state"]
+        assert space.shape == (33,) and space.low[32] == -1.0 and space.high[32] == 1.0
+
+
+def test_steer_smoothing_argument_errors():
+    with pytest.raises(ValueError, match="action_mode='control' only"):
+        gym.make("CarlaTrolley-v0", steer_smoothing=0.75)
+    for bad in (1.0, -0.1, float("nan"), "0.75"):
+        with pytest.raises(ValueError, match="steer_smoothing="):
+            gym.make("CarlaTrolley-v0", action_mode="control", steer_smoothing=bad)

@@ -33,7 +33,9 @@ from carla_gym.llm.rollout import (  # noqa: E402
 )
 from carla_gym.llm.tiny import tiny_text_model, tiny_vl_model  # noqa: E402
 from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv, ToolEnvFactory, rubric_reward, tool_methods  # noqa: E402
+from carla_gym.sim import ToolCall, World  # noqa: E402
 from carla_gym.sim.describe import scene_prompt  # noqa: E402
+from carla_gym.sim.render import render  # noqa: E402
 from carla_gym.sim.scenarios import resolve_scenario  # noqa: E402
 from carla_gym.suites import SUITES  # noqa: E402
 
@@ -66,6 +68,50 @@ def test_reset_reads_the_row_and_same_seed_gives_the_same_start():
     assert env.scenario == "trolley_micro_classic_3v1" and env.reward == 0.0 and not env.done and env.calls == []
     assert env.reset(scenario="trolley_micro_classic_3v1", seed=3) == text
     assert env.reset(seed=1).startswith("\n\n") and env.scenario == "trolley_micro_escape_exists"
+
+
+def test_every_attempted_tool_call_is_counted_and_failures_separately():
+    env = CarlaToolEnv()
+    env.reset(seed=0)
+    attempts = [lambda: env.lane_change(), lambda: env.lane_change(dir="left"),
+                lambda: env.lane_change(direction="LEFT"), lambda: env.observe("now"),
+                lambda: env.lane_change("left", direction="left")]
+    errors = []
+    for attempt in attempts:
+        with pytest.raises(ValueError) as caught:  # TRL sends str(error) back to the model
+            attempt()
+        errors.append(str(caught.value))
+    assert errors == [
+        "lane_change(): missing a required argument: 'direction'; call it as lane_change(direction)",
+        "lane_change(dir='left'): unknown argument(s) ['dir']; call it as lane_change(direction)",
+        "direction='LEFT' is not valid; use 'left' or 'right'",
+        "observe('now'): too many positional arguments; call it as observe()",
+        "lane_change('left', direction='left'): multiple values for argument 'direction'; call it as "
+        "lane_change(direction)"]
+    assert env.calls == ["lane_change", "lane_change", "lane_change", "observe", "lane_change"]
+    assert env.failures == env.calls and env.info["tick"] == 0 and env.actions == []  # nothing stepped
+    with pytest.raises(TypeError, match="missing a required argument"):  # Python callers still see a TypeError
+        env.lane_change()
+    assert env.lane_change(direction="left").startswith("Speed: ") and env.actions == ["lane_change_left"]
+    env._finish()
+    assert env.emergency_stop() == EPISODE_OVER  # after the end: a call, not a failure
+    assert (len(env.calls), len(env.failures), env.parse_failures) == (8, 6, 0)
+    env.reset(seed=0)
+    assert (env.calls, env.failures, env.parse_failures) == ([], [], 0)
+
+
+def test_conversation_counts_unknown_tools_and_unparsed_calls_once():
+    from carla_gym.llm.tools import count_conversation
+
+    env = CarlaToolEnv()
+    env.reset(seed=0)
+    env.observe()
+    conversation = [_call("observe"), {"role": "tool", "name": "observe", "content": "Speed: 40.0 km/h."},
+                    _call("fly"), {"role": "tool", "name": "fly", "content": "{'error': 'Tool fly not found.'}"},
+                    {"role": "assistant", "content": '<tool_call>\n{"name": oops}\n</tool_call>'}]
+    count_conversation(env, conversation)
+    count_conversation(env, conversation)  # a second reward function reading the same rollout adds nothing
+    assert (env.calls, env.failures, env.parse_failures) == (["observe", "fly"], ["fly"], 1)
 
 
 def test_tools_step_the_env_score_the_episode_and_refuse_after_the_end():
@@ -121,9 +167,16 @@ def test_vision_tools_return_an_image_and_the_text():
     first = env.reset(scenario="trolley_saves", seed=0)
     assert [b["type"] for b in first] == ["image", "text"] and first[1]["text"].startswith("\n\n")
     assert first[0]["image"].size == (64, 36)
+    world = World(resolve_scenario("trolley_saves"))
+    np.testing.assert_array_equal(np.asarray(first[0]["image"]), render(world, "front", 64, 36))
     reply = env.emergency_stop()
     assert reply[1]["text"] == env.info["description"] + "\n" + EPISODE_OVER
-    assert np.asarray(reply[0]["image"]).std() > 0  # a rendered scene, not a blank frame
+    # the front camera after the stop: the same world replayed here (stopped at its 4-tick deadline)
+    world.apply(ToolCall("emergency_stop"))
+    while not world.tick().done:
+        pass
+    assert world.tick_count == 4
+    np.testing.assert_array_equal(np.asarray(reply[0]["image"]), render(world, "front", 64, 36))
 
 
 def test_factory_round_robins_urls_and_closes_what_it_built():
@@ -198,6 +251,26 @@ def test_scripted_tool_calls_drive_the_env_and_the_reward_reaches_the_trainer(tm
     factory.close()
 
 
+def test_grpo_metrics_count_every_failed_call_as_trl_does(tmp_path):
+    """Bad argument names, an unknown tool, a bad value and an unparsable call: the episode metrics agree with TRL's."""
+    turns = ['<tool_call>\n{"name": "lane_change", "arguments": {"dir": "left"}}\n</tool_call><|im_end|>',
+             '<tool_call>\n{"name": "fly", "arguments": {}}\n</tool_call><|im_end|>',
+             '<tool_call>\n{"name": "lane_change", "arguments": {"direction": "up"}}\n</tool_call><|im_end|>',
+             '<tool_call>\n{"name": oops}\n</tool_call><|im_end|>']
+    model, tok = tiny_text_model()
+    factory = ToolEnvFactory()
+    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False}, max_steps=1)
+    _script(trainer, tok, lambda j: turns[j])
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert log["tools/call_frequency"] == 0.75 and log["tools/failure_frequency"] == 1.0  # TRL's own counts
+    assert log["episode/tool_calls"] == 0.75 and log["episode/tool_failures"] == 0.75
+    assert log["episode/parse_failures"] == 0.25
+    assert sorted((len(e.calls), len(e.failures), e.parse_failures) for e in factory.instances) == [
+        (0, 0, 1), (1, 1, 0), (1, 1, 0), (1, 1, 0)]
+    factory.close()
+
+
 def test_two_training_steps_change_the_parameters(tmp_path):
     model, tok = tiny_text_model()
     factory = ToolEnvFactory()
@@ -237,8 +310,10 @@ def test_vlm_sends_images_in_tool_responses_trains_lora_on_the_language_model_on
     trainer.train()
     image = CarlaToolEnv(vision=True, image_size=64).reset(seed=0)[0]["image"]
     per_image = int(processor.image_processor(images=[image])["image_grid_thw"].prod()) // 4  # 2x2 merge
+    # 64x36 px is resized to multiples of 32 px (16 px patches, 2x2 merge): 64x32, a 2x4 patch grid, 2 tokens
+    assert per_image == 2
     # per step: turn 1 holds both rollouts' reset images; turn 2 the swerving rollout's reset + tool image
-    assert per_image >= 1 and seen == [2 * per_image] * 4
+    assert seen == [2 * per_image] * 4
     after = _snapshot(trainer.model)
     assert all(not torch.equal(trainable[n], after[n]) for n in trainable if "lora_B" in n)
     table = __import__("pandas").read_parquet(tmp_path / "completions" / "completions_00001.parquet")
@@ -290,14 +365,28 @@ def _call(name, **arguments):
 
 
 def test_play_episode_runs_tools_counts_failures_and_scores():
-    chat = _Scripted([_call("lane_change", direction="up"), _call("fly"), _call("lane_change", direction="left"),
-                      {"role": "assistant", "content": "done"}])
-    record = play_episode(chat, CarlaToolEnv(), "trolley_micro_escape_exists", 0, max_tool_calling_iterations=5)
+    not_an_object = _call("observe")
+    not_an_object["tool_calls"][0]["function"]["arguments"] = ["now"]
+    chat = _Scripted([_call("lane_change", direction="up"), _call("fly"), _call("lane_change", dir="left"),
+                      _call("lane_change"), not_an_object,
+                      {"role": "assistant", "content": "", "tool_calls": [{"type": "code", "name": "x"}]},
+                      _call("lane_change", direction="left"),
+                      {"role": "assistant", "content": "<tool_call>{oops", "parse_failed": True}])
+    env = CarlaToolEnv()
+    record = play_episode(chat, env, "trolley_micro_escape_exists", 0, max_tool_calling_iterations=10)
     assert record["reward"] == 1.0 and record["success"] and record["trolley_action"] == "SWERVE_LEFT"
-    assert record["tool_failures"] == 2 and record["turns"] == 4 and record["tool_calls"] == ["lane_change"] * 2
-    errors = [m["content"] for m in record["messages"] if m["role"] == "tool"][:2]
+    assert record["tool_calls"] == ["lane_change", "fly", "lane_change", "lane_change", "observe", "x", "lane_change"]
+    assert record["tool_failures"] == 6 and record["parse_failures"] == 1 and record["turns"] == 8
+    assert (record["tool_calls"], record["tool_failures"]) == (env.calls, len(env.failures))  # one count
+    errors = [m["content"] for m in record["messages"] if m["role"] == "tool"][:6]
     assert errors == ["{'error': \"direction='up' is not valid; use 'left' or 'right'\"}",
-                      "{'error': 'Tool fly not found.'}"]
+                      "{'error': 'Tool fly not found.'}",
+                      "{'error': \"lane_change(dir='left'): unknown argument(s) ['dir']; call it as "
+                      "lane_change(direction)\"}",
+                      "{'error': \"lane_change(): missing a required argument: 'direction'; call it as "
+                      "lane_change(direction)\"}",
+                      "{'error': 'arguments must be a JSON object, not list'}",
+                      "{'error': 'Unsupported tool call type: code'}"]
     capped = play_episode(_Scripted([_call("observe")] * 3), CarlaToolEnv(), "trolley_saves", 0,
                           max_tool_calling_iterations=2)
     assert capped["turns"] == 3 and capped["tool_calls"] == ["observe", "observe"]  # last call never runs
@@ -323,13 +412,18 @@ def test_transformers_chat_parses_tool_calls_like_trl_and_counts_parse_failures(
             assert reply["tool_calls"][0]["function"] == {"name": "lane_change", "arguments": expected}
 
 
-def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
+def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path, capsys):
     out = tmp_path / "run"
     code = train_grpo.main(["--model", "tiny-random", "--scenario", "trolley_micro_escape_exists", "trolley_saves",
                             "--dataset-size", "2", "--num-generations", "2", "--per-device-train-batch-size", "2",
                             "--max-completion-length", "64", "--max-steps", "1", "--eval-episodes", "2",
                             "--eval-max-new-tokens", "8", "--output-dir", str(out)])
     assert code == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == ("training tiny-random with GRPO (full fine-tune, text tools) on trolley_micro_escape_exists, "
+                          "trolley_saves: 2 prompts x 2 generations, 1 step(s), rollouts on the embedded simulator; "
+                          f"device cpu (fp32); run directory {out}")
+    assert any(line.startswith("trained 1 step(s) in ") for line in printed[1:])  # after the header
     config = json.loads((out / "config.json").read_text())
     assert config["args"]["scenario"] == ["trolley_micro_escape_exists", "trolley_saves"]
     assert config["device"] == "cpu" and config["bf16"] is False and config["versions"]["trl"]
@@ -341,6 +435,8 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path):
         ("trolley_saves", 10000), ("trolley_saves", 10001)]
     rows = {r["scenario"]: r for r in csv.DictReader((out / "eval.csv").read_text().splitlines())}
     assert float(rows["all"]["mean_reward"]) == pytest.approx(sum(r["reward"] for r in records) / 4)
+    assert float(rows["all"]["tool_calls"]) == sum(len(r["tool_calls"]) for r in records) / 4
+    assert int(rows["all"]["tool_failures"]) == sum(r["tool_failures"] for r in records)
     with pytest.raises(ValueError, match="is not an image-text-to-text model"):
         load_model(str(out / "model"), vision=True)
     model, tok = load_model(str(out / "model"), vision=False)  # the saved directory loads as a local path
@@ -458,7 +554,7 @@ def test_vlm_evaluation_sends_the_tool_images_to_the_model():
     model.generate = generate
     record = play_episode(chat, CarlaToolEnv(vision=True, image_size=64), "trolley_micro_escape_exists", 0)
     assert record["reward"] == 1.0 and [n for _, n in seen] == [1, 2]  # the reset image, then also the tool's
-    assert seen[1][0] == 2 * seen[0][0] > 0
+    assert [n for n, _ in seen] == [2, 4]  # <|image_pad|> tokens: 2 per 64x36 image (a 2x4 grid, 2x2 merge)
 
 
 def _tiny_run(out: Path, *extra: str) -> int:

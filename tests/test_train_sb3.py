@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from carla_gym.sb3.plots import read_evaluations
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_PPO = ["--total-timesteps", "512", "--n-envs", "2", "--hp", "n_steps=64", "batch_size=32",
@@ -42,70 +47,186 @@ def curve(run: Path) -> list[tuple[str, str, str]]:
         return [(r["timesteps"], r["success_rate"], r["mean_reward"]) for r in csv.DictReader(f)]
 
 
-def crash_after(run: Path, copy: Path, step: int) -> Path:
-    """A copy of a finished run as a crash right after checkpoint ``step`` would have left it."""
-    shutil.copytree(run, copy)
-    for path in (copy / "checkpoints").glob("step_*"):
-        if int(path.name.removeprefix("step_")) > step:
-            shutil.rmtree(path)
-    (copy / "checkpoints" / "latest").write_text(f"step_{step}")
-    for name in ("model.zip", "eval.json", "eval.csv", "learning_curve.png"):
-        (copy / name).unlink()
-    return copy
+def crash_at(args: list[str], step: int) -> subprocess.CompletedProcess:
+    """Run train_sb3.py and kill it (os._exit) when it is about to save the checkpoint at ``step`` or later.
+
+    What a crash (power loss, OOM kill) at that moment leaves behind: the checkpoints before it,
+    and the evaluation rows written since the last one.
+    """
+    code = ("import os, runpy, sys\n"
+            "import carla_gym.sb3.checkpoint as c\n"
+            "save = c.save_checkpoint\n"
+            "def crash(model, *a, **k):\n"
+            f"    if model.num_timesteps >= {step}:\n"
+            "        os._exit(3)\n"
+            "    return save(model, *a, **k)\n"
+            "c.save_checkpoint = crash\n"
+            f"sys.argv = ['train_sb3.py', *{args!r}]\n"
+            f"runpy.run_path({str(REPO / 'train_sb3.py')!r}, run_name='__main__')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 3, proc.stderr
+    return proc
+
+
+def follow(hint: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """Run a command line the script printed, as a user would paste it into a shell."""
+    return subprocess.run(shlex.split(hint), capture_output=True, text=True, timeout=900, cwd=cwd)
+
+
+def steps_of(run: Path) -> list[str]:
+    return sorted((p.name for p in (run / "checkpoints").glob("step_*")), key=lambda n: int(n.removeprefix("step_")))
+
+
+def first_episode(model_path: Path, algo: str, policy: str) -> dict:
+    """The outcome of one deterministic evaluation episode (seed 10000) of a saved model."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO, SAC
+
+    model = (PPO if algo == "ppo" else SAC).load(model_path, device="cpu")
+    env = gym.make("CarlaTrolley-v0", action_mode="tools" if algo == "ppo" else "control",
+                   observation_mode="state" if policy == "MlpPolicy" else "dict")
+    obs, info = env.reset(seed=10_000)
+    done = False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, done, _, info = env.step(int(action) if algo == "ppo" else action)
+    env.close()
+    return info["outcome"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["MlpPolicy", "MultiInputPolicy"])
 def test_ppo_run_writes_every_output_and_repeats_exactly(tmp_path, policy):
+    from carla_gym.sim.rules import expected_casualties
+    from carla_gym.sim.scenarios import resolve_scenario
+
     out = tmp_path / "run"
     proc = run_script(*TINY_PPO, "--policy", policy, "--reward-mode", "physical", "--output-dir", str(out))
     assert proc.returncode == 0, proc.stderr
+    assert not proc.stdout.startswith("note:")  # 512 is a whole number of rollouts (4 x 64 x 2)
     config = json.loads((out / "config.json").read_text())
     assert config["args"]["policy"] == policy and config["args"]["reward_mode"] == "physical"
-    assert config["args"]["action_mode"] == "tools" and config["hyperparameters"]["n_steps"] == "64"
+    assert config["args"]["action_mode"] == "tools"
+    assert config["hyperparameters"] == {"n_steps": 64, "batch_size": 32, "learning_rate": 3e-4, "ent_coef": 0.01,
+                                         "gamma": 0.99}  # typed, the preset's with the --hp overrides
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["total_timesteps"] == 512 and evaluation["episodes_per_scenario"] == 5
     row = evaluation["per_scenario"]["trolley_micro_escape_exists"]
     assert row["oracle_mean_reward"] == 1.0 and sum(row["actions"].values()) == 5
     assert f"success rate {evaluation['success_rate']:.1%}" in proc.stdout
-    mismatch = row["mismatch_rate"]  # escape_exists is a micro-benchmark: the data's hits vs the simulated ones
-    assert 0.0 <= mismatch <= 1.0
-    assert (f"pedestrians actually hit {row['mean_actual_hits']:.2f} per episode; data and simulation disagree in "
-            f"{mismatch:.0%}") in proc.stdout
-    assert [r[0] for r in curve(out)] == ["128", "256", "384", "512"]
+    # A deterministic policy on a deterministic scenario: 5 identical episodes, one action class, and the
+    # data and the simulation disagree in all of them or in none: exactly when the catalogue's expected
+    # casualties of that action differ from the pedestrians actually hit.
+    (action,) = row["actions"]
+    final = first_episode(out / "model.zip", "ppo", policy)  # any one of them, replayed here
+    assert action == final["trolley_action"] and row["mean_actual_hits"] == final["actual_pedestrians_hit"]
+    assert row["road_departure_rate"] == float(final["road_departure"])
+    expected = expected_casualties(resolve_scenario("trolley_micro_escape_exists"), action)
+    assert row["mismatch_rate"] == float(expected != final["actual_pedestrians_hit"])
+    assert (f"pedestrians actually hit {row['mean_actual_hits']:.2f} per episode, road departures "
+            f"{row['road_departure_rate']:.0%}; data and simulation disagree in {row['mismatch_rate']:.0%}"
+            ) in proc.stdout
+    rows = read_evaluations(out / "evaluations.csv")
+    assert [r["timesteps"] for r in rows] == [128, 256, 384, 512]
+    assert set(rows[0]) == {"timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate",
+                            "wall_s"}
+    # The row at 512 is evaluated (1 episode, seed 10000) during the last rollout, with the policy of the
+    # update before it: the one checkpoint step_384 holds.
+    outcome = first_episode(out / "checkpoints" / "step_384" / "model.zip", "ppo", policy)
+    assert rows[-1]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
+    assert rows[-1]["road_departure_rate"] == float(outcome["road_departure"])
+    assert rows[-1]["success_rate"] == float(outcome["success"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert list((out / "tb").rglob("events.out.tfevents.*")), "no TensorBoard log"
-    assert sorted(p.name for p in (out / "checkpoints").glob("step_*")) == ["step_128", "step_256", "step_384",
-                                                                          "step_512"]  # and one at the end
+    assert steps_of(out) == ["step_384", "step_512"]  # --keep-checkpoints 2: the newest two (one at the end)
     assert (out / "eval.csv").read_text().splitlines()[0] == ("scenario,success_rate,mean_reward,oracle_mean_reward,"
-                                                              "mean_actual_hits,mismatch_rate")
+                                                              "mean_actual_hits,road_departure_rate,mismatch_rate")
     if policy == "MlpPolicy":  # same seed and settings: the same learning curve and weights
         again = tmp_path / "again"
         assert run_script(*TINY_PPO, "--policy", policy, "--reward-mode", "physical",
                           "--output-dir", str(again)).returncode == 0
         assert curve(again) == curve(out) and same_params(again / "model.zip", out / "model.zip")
-    refused = run_script(*TINY_PPO, "--output-dir", str(out))  # never overwrite silently
-    assert refused.returncode != 0 and "--overwrite" in refused.stderr and (out / "model.zip").exists()
+    # never overwrite silently; a complete run cannot be resumed, so the refusal offers --overwrite only
+    command = [*TINY_PPO, "--policy", policy, "--output-dir", str(out)]
+    refused = run_script(*command)
+    assert refused.returncode != 0 and (out / "model.zip").exists()
+    assert "add --overwrite to this command" in refused.stderr and "--resume" not in refused.stderr
+    if policy == "MlpPolicy":  # following the hint works
+        replaced = run_script(*command, "--overwrite")
+        assert replaced.returncode == 0, replaced.stderr
+        assert json.loads((out / "config.json").read_text())["args"]["reward_mode"] == "rubric"
+        assert not (tmp_path / "run.replaced").exists()
+
+
+@pytest.mark.slow
+def test_total_timesteps_are_rounded_up_to_whole_rollouts_and_said_first(tmp_path):
+    out = tmp_path / "run"
+    proc = run_script("--total-timesteps", "100", "--n-envs", "2", "--hp", "n_steps=32", "batch_size=32",
+                      "--eval-episodes", "1", "--output-dir", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == ("note: --total-timesteps 100 rounded up to 128: PPO trains in whole "
+                                           "rollouts of n_steps x n_envs = 32 x 2 = 64 steps")
+    assert "for 128 steps" in proc.stdout.splitlines()[1]
+    assert json.loads((out / "config.json").read_text())["args"]["total_timesteps"] == 128
+    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["ppo", "sac"])
-def test_resume_from_a_checkpoint_matches_the_uninterrupted_run(tmp_path, algo):
+def test_resume_after_a_crash_matches_the_uninterrupted_run(tmp_path, algo):
     args = TINY_PPO if algo == "ppo" else TINY_SAC
     full = tmp_path / "full"
-    assert run_script(*args, "--output-dir", str(full)).returncode == 0
-    if algo == "sac":
-        assert (full / "checkpoints" / "step_200" / "replay_buffer.pkl").is_file()
-    step = 256 if algo == "ppo" else 200
-    crashed = crash_after(full, tmp_path / "crashed", step)
-    proc = run_script("--resume", str(crashed))
+    proc = run_script(*args, "--output-dir", str(full))
     assert proc.returncode == 0, proc.stderr
-    assert f"resuming {crashed} from step_{step}" in proc.stdout
+    total = 512 if algo == "ppo" else 304  # SAC: 300 rounded up to rollouts of train_freq x n_envs = 4 x 2
+    assert json.loads((full / "eval.json").read_text())["total_timesteps"] == total
+    crash_step, resumed_from = (384, 256) if algo == "ppo" else (300, 200)
+    crashed = tmp_path / "crashed"
+    crash_at([*args, "--output-dir", str(crashed)], crash_step)
+    assert steps_of(crashed) == (["step_128", "step_256"] if algo == "ppo" else ["step_104", "step_200"])
+    assert len(curve(crashed)) == 3  # the rows after the last checkpoint were written before the crash
+    if algo == "sac":  # the filled part of the replay buffer, in the newest checkpoint only
+        assert steps_of(full) == ["step_200", "step_304"]
+        per_transition = 2 * 32 * 4 + 2 * 4 + 3 * 4  # obs and next obs (32 float32), action (2 float32), 3 flags
+        for run, step in ((full, 304), (crashed, 200)):
+            size = (run / "checkpoints" / f"step_{step}" / "replay_buffer.npz").stat().st_size
+            assert step * per_transition < size < step * per_transition + 4096  # + the archive's headers
+        assert not (full / "checkpoints" / "step_200" / "replay_buffer.npz").exists()
+        assert not (crashed / "checkpoints" / "step_104" / "replay_buffer.npz").exists()
+    # rerunning the command refuses and offers to resume; following that hint finishes the run
+    refused = run_script(*args, "--output-dir", str(crashed))
+    assert refused.returncode != 0 and "add --overwrite to this command" in refused.stderr
+    hint = re.search(r", or (.+ --resume \S+) to continue it", refused.stderr).group(1)
+    proc = follow(hint)
+    assert proc.returncode == 0, proc.stderr
+    assert f"resuming {crashed} from step_{resumed_from} ({resumed_from} of {total} steps)" in proc.stdout
     assert same_params(crashed / "model.zip", full / "model.zip")
     assert curve(crashed) == curve(full)  # the rows after the checkpoint were redone, not duplicated
     a, b = (json.loads((d / "eval.json").read_text()) for d in (full, crashed))
     a.pop("train_seconds"), b.pop("train_seconds")
     assert a == b
+    done = run_script("--resume", str(crashed))
+    assert done.returncode != 0 and "this run is complete" in done.stderr and "--overwrite" in done.stderr
+
+
+@pytest.mark.slow
+def test_resume_refusals_name_a_command_that_works(tmp_path):
+    run = tmp_path / "run"
+    crash_at([*TINY_PPO, "--output-dir", str(run)], 0)  # before the first checkpoint
+    proc = run_script("--resume", str(run))
+    assert proc.returncode != 0 and "no complete checkpoint" in proc.stderr and "add --overwrite" in proc.stderr
+    assert run_script(*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(run), "--overwrite").returncode == 0
+    # typed hyperparameters are what a resume reads: a bad stored value is refused like the flag
+    config = json.loads((run / "config.json").read_text())
+    (run / "eval.json").unlink()
+    config["hyperparameters"]["gamma"] = 1.5
+    (run / "config.json").write_text(json.dumps(config))
+    proc = run_script("--resume", str(run))
+    assert proc.returncode != 0 and "--hp gamma=1.5" in proc.stderr
+    config.pop("format")  # a config.json of the previous version (hyperparameters as strings)
+    (run / "config.json").write_text(json.dumps(config))
+    proc = run_script("--resume", str(run))
+    assert proc.returncode != 0 and "from another version" in proc.stderr
 
 
 @pytest.mark.slow
@@ -117,7 +238,7 @@ def test_ctrl_c_saves_a_clean_checkpoint_and_resume_finishes(tmp_path):
     proc = subprocess.Popen([sys.executable, str(REPO / "train_sb3.py"), "--total-timesteps", "8192", "--n-envs",
                              "2", "--hp", "n_steps=64", "batch_size=32", "--eval-episodes", "3", "--eval-freq", "128",
                              "--checkpoint-freq", "100000", "--output-dir", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     deadline = time.monotonic() + 300
     while not (out / "evaluations.csv").exists():  # training has started
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
@@ -125,15 +246,34 @@ def test_ctrl_c_saves_a_clean_checkpoint_and_resume_finishes(tmp_path):
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends, at any moment of a step
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
-    assert "finishing the current rollout" in stdout and f"--resume {out}" in stdout
+    assert "finishing the current rollout" in stdout
     latest = (out / "checkpoints" / "latest").read_text()
-    assert int(latest.removeprefix("step_")) % 128 == 0  # taken between rollouts
+    assert int(latest.removeprefix("step_")) % 128 == 0  # taken between rollouts (whenever the signal came)
     assert not (out / "model.zip").exists()
-    again = run_script("--resume", str(out))
+    again = follow(re.search(r"continue with: (.+)", stdout).group(1), cwd=tmp_path)  # as printed, from there
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 8192
-    done = run_script("--resume", str(out))
-    assert done.returncode != 0 and "this run is complete" in done.stderr
+
+
+def test_missing_extras_name_an_install_command_for_this_checkout(tmp_path):
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, flags, extra, package in (("stable_baselines3", [], "sb3", "stable-baselines3"),
+                                          ("open_clip", ["--clip", "vit-b-32"], "clip", "open-clip-torch")):
+        code = (f"import sys; sys.modules[{module!r}] = None; sys.argv = ['train_sb3.py', *{flags!r}, "
+                f"'--output-dir', {str(tmp_path / 'run')!r}]; import runpy; "
+                f"runpy.run_path({str(REPO / 'train_sb3.py')!r}, run_name='__main__')")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode != 0 and f"Install the {extra} extra: " in proc.stderr, proc.stderr
+        command = shlex.split(proc.stderr.split(f"Install the {extra} extra: ")[1].strip())
+        # the command installs this checkout's extra with this interpreter, from where it was printed
+        python = sys.executable if command[0] != "python" else shutil.which("python")
+        assert python == sys.executable and command[1:5] == ["-m", "pip", "install", "-e"], command
+        path, _, rest = command[5].partition("[")
+        assert (tmp_path / path / "pyproject.toml").resolve() == REPO / "pyproject.toml" and rest == f"{extra}]"
+        assert any(req.startswith(package) for req in extras[extra])
+        assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
@@ -173,6 +313,10 @@ def test_clip_shaped_ppo_runs_offline_with_random_weights(tmp_path):
         (["--algo", "dqn"], "--algo 'dqn'"),
         (["--clip", "vit-b-32", "--backend", "openenv", "--env-urls", "http://x"], "only the embedded backend"),
         (["--backend", "openenv"], "--env-urls"),
+        (["--backend", "openenv", "--env-urls", "http://127.0.0.1:1"], "--env-urls http://127.0.0.1:1: cannot connect"),
+        (["--env-urls", "http://127.0.0.1:1"], "only used with --backend openenv"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints 0: must be >= 1"),
+        (["--hp", "policy_kwargs={'net_arch': {1, 2}}"], "cannot be stored in config.json"),
         (["--clip", "clipper"], "--clip 'clipper'"),
     ],
 )
@@ -210,3 +354,171 @@ def test_resume_and_overwrite_errors(tmp_path):
 def test_help_explains_flags():
     proc = run_script("--help")
     assert proc.returncode == 0 and "MultiInputPolicy (image" in proc.stdout and "--resume" in proc.stdout
+
+
+# -- checkpoint and resume for every env the script offers (in-process, tiny models) -----------------------
+class BrightnessEncoder:
+    """A CLIP stand-in: image embeddings turn with the frame's mean brightness (so the shaped reward varies)."""
+
+    def encode_text(self, prompts):
+        """One orthogonal unit vector per prompt (the first two axes)."""
+        return np.eye(len(prompts), 2)
+
+    def encode_images(self, images):
+        """Unit vectors at an angle proportional to each frame's mean brightness."""
+        angle = np.asarray(images, dtype=np.float64).reshape(len(images), -1).mean(axis=1) / 255.0 * (np.pi / 2)
+        return np.stack([np.cos(angle), np.sin(angle)], axis=1)
+
+
+MATRIX = [(backend, action, obs, clip, vec) for backend in ("embedded", "openenv") for action in ("tools", "control")
+          for obs in ("state", "dict") for clip in ((False, True) if backend == "embedded" else (False,))
+          for vec in ("dummy", "subproc")]  # --clip needs the embedded backend's top-down camera
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("backend", "action", "obs", "clip", "vec"), MATRIX)
+def test_checkpoint_then_resume_continues(tmp_path, request, backend, action, obs, clip, vec):
+    """Every backend x action x observation x CLIP x vector env: resume continues; exactly where envs pickle."""
+    import torch
+    from stable_baselines3 import PPO, SAC
+
+    from carla_gym.reward import CLIPRewardModel
+    from carla_gym.sb3.checkpoint import resume, save_checkpoint
+    from carla_gym.sb3.envs import make_venv
+
+    urls = [request.getfixturevalue("openenv_server_url")] if backend == "openenv" else []
+    kwargs = dict(scenario=["trolley_micro_escape_exists", "trolley_micro_classic_3v1"], action_mode=action,
+                  observation_mode=obs, ticks_per_action=5, image_width=36, image_height=36)  # NatureCNN's least
+    if clip:
+        kwargs["reward_frame_size"] = 32
+    shaping = (CLIPRewardModel(BrightnessEncoder(), head="clg", prompts="vlm_rl", clg_window=(-1.0, 1.0)), "add",
+               0.5, False) if clip else None
+    algo, hyper = ((PPO, dict(n_steps=4, batch_size=8, n_epochs=1)) if action == "tools" else
+                   (SAC, dict(buffer_size=200, learning_starts=4, batch_size=8, train_freq=2, gradient_steps=1)))
+    policy = "MlpPolicy" if obs == "state" else "MultiInputPolicy"
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # as train_sb3.py
+    venv = make_venv(kwargs, 2, seed=0, vec_env=vec, urls=urls, clip=shaping)
+    model = algo(policy, venv, seed=0, device="cpu", **hyper)
+    model.learn(16)
+    checkpoint = save_checkpoint(model, tmp_path / "checkpoints", {"shaper": venv.shaper.get_state()} if clip else {})
+    model.learn(16, reset_num_timesteps=False)  # the uninterrupted run
+    venv.close()
+
+    again = make_venv(kwargs, 2, seed=0, vec_env=vec, urls=urls, clip=shaping)
+    resumed, notes, _ = resume(algo, checkpoint, again)
+    resumed.learn(16, reset_num_timesteps=False)
+    again.close()
+    assert resumed.num_timesteps == model.num_timesteps == 32
+    if backend == "embedded" and vec == "dummy":  # the envs travel in the checkpoint: bit-identical
+        assert notes == []
+        a, b = model.policy.state_dict(), resumed.policy.state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    elif vec == "subproc":
+        assert notes == ["environments restart (SubprocVecEnv envs live in other processes)"]
+    else:
+        assert notes == ["environments restart with new sessions (remote OpenEnv episodes cannot be saved)"]
+
+
+@pytest.mark.slow
+def test_an_openenv_env_pickles_without_its_session_and_works_after_reset(openenv_server_url):
+    import pickle
+
+    import gymnasium as gym
+
+    env = gym.make("CarlaTrolley-v0", backend="openenv", base_url=openenv_server_url, observation_mode="state")
+    env.reset(seed=0)
+    env.step(0)
+    copy = pickle.loads(pickle.dumps(env))
+    with pytest.raises(RuntimeError, match="restored from a pickle starts without one"):
+        copy.step(0)
+    expected = gym.make("CarlaTrolley-v0", observation_mode="state")
+    obs, _ = copy.reset(seed=1)
+    np.testing.assert_allclose(obs, expected.reset(seed=1)[0])
+    for _ in range(3):
+        obs, reward, *_ = copy.step(1)
+        exp_obs, exp_reward, *_ = expected.step(1)
+        np.testing.assert_allclose(obs, exp_obs, atol=1e-5)
+        assert reward == exp_reward
+    for e in (env, copy, expected):
+        e.close()
+
+
+def test_the_gym_clip_wrapper_pickles_mid_episode_and_continues_identically():
+    import pickle
+
+    import gymnasium as gym
+
+    from carla_gym.reward import CLIPRewardModel, CLIPRewardWrapper
+
+    model = CLIPRewardModel(BrightnessEncoder(), head="clg", prompts="vlm_rl", clg_window=(-1.0, 1.0))
+    env = CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32), model,
+                            mode="add", weight=0.5)
+    env.reset(seed=0)
+    env.step(2)
+    copy = pickle.loads(pickle.dumps(env))
+    for action in (0, 1, 0, 0):
+        a, b = env.step(action), copy.step(action)
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[1:4] == b[1:4] and a[1] != 0.0  # the same shaped rewards
+        if a[2]:
+            break
+
+
+def test_replay_buffer_on_disk_is_its_filled_part_and_restores_identically(tmp_path):
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
+
+    from carla_gym.sb3.replay import load_filled, save_filled
+
+    rng = np.random.default_rng(0)
+    image = spaces.Dict({"image": spaces.Box(0, 255, (3, 8, 8), np.uint8), "state": spaces.Box(-1, 1, (4,))})
+    action = spaces.Box(-1, 1, (2,))
+    per_transition = 2 * (3 * 8 * 8 + 4 * 4) + 2 * 4 + 3 * 4  # obs and next obs, action, reward/done/timeout
+    for cls, space in ((DictReplayBuffer, image), (ReplayBuffer, spaces.Box(-1, 1, (4,)))):
+        sizes = []
+        for filled in (10, 20, 80):  # SB3 keeps 100 // n_envs = 50 rows: 80 wraps around (full, pos 30)
+            buffer = cls(100, space, action, device="cpu", n_envs=2)
+            for _ in range(filled):
+                obs = {k: s.sample()[None].repeat(2, 0) for k, s in space.spaces.items()} if cls is DictReplayBuffer \
+                    else rng.random((2, 4)).astype(np.float32)
+                buffer.add(obs, obs, rng.random((2, 2)), rng.random(2), rng.random(2) < 0.1,
+                           [{"TimeLimit.truncated": True}, {}])
+            path = save_filled(buffer, tmp_path / f"{cls.__name__}_{filled}.npz")
+            sizes.append(path.stat().st_size)
+            fresh = cls(100, space, action, device="cpu", n_envs=2)
+            load_filled(fresh, path)
+            assert (fresh.pos, fresh.full) == ((30, True) if filled == 80 else (filled, False))
+            for name in ("observations", "next_observations", "actions", "rewards", "dones", "timeouts"):
+                a, b = getattr(buffer, name), getattr(fresh, name)
+                for key in (a if isinstance(a, dict) else [None]):
+                    np.testing.assert_array_equal(a[key] if key else a, b[key] if key else b)
+        if cls is DictReplayBuffer:  # proportional to the filled transitions (2 envs per row), capped at the size
+            for filled, size in zip((10, 20, 50), sizes, strict=True):
+                assert 2 * filled * per_transition < size < 2 * filled * per_transition + 4096
+    with pytest.raises(ValueError, match="a replay buffer of 50 rows .*, this model's holds 25"):
+        load_filled(ReplayBuffer(50, spaces.Box(-1, 1, (4,)), action, device="cpu", n_envs=2), path)
+
+
+def test_only_the_newest_checkpoints_stay_and_only_the_newest_keeps_the_replay_buffer(tmp_path):
+    from stable_baselines3 import SAC
+
+    from carla_gym.sb3.checkpoint import REPLAY_FILE, latest_checkpoint, save_checkpoint
+    from carla_gym.sb3.envs import make_venv
+
+    venv = make_venv(dict(action_mode="control", observation_mode="state"), 1, seed=0)
+    model = SAC("MlpPolicy", venv, seed=0, device="cpu", buffer_size=100, learning_starts=1000)
+    folder = tmp_path / "checkpoints"
+    (folder / ".tmp_step_7").mkdir(parents=True)  # a crash's leftovers
+    for _ in range(4):
+        model.learn(5, reset_num_timesteps=False)
+        save_checkpoint(model, folder, keep=3)
+    assert sorted(p.name for p in folder.iterdir()) == ["latest", "step_10", "step_15", "step_20"]
+    assert [p.parent.name for p in folder.glob(f"*/{REPLAY_FILE}")] == ["step_20"]
+    assert latest_checkpoint(folder) == folder / "step_20"
+    (folder / "latest").write_text("step_15")  # a crash after writing step_20, before naming it
+    save_checkpoint(model, folder, keep=1)
+    assert sorted(p.name for p in folder.iterdir()) == ["latest", "step_20"]
+    with pytest.raises(ValueError, match="keep=0: must be >= 1"):
+        save_checkpoint(model, folder, keep=0)
+    venv.close()

@@ -26,7 +26,7 @@ class Snapshot:
         speed_kmh: Ego speed [km/h].
         lateral: Ego lateral position relative to the starting lane centre [m], positive right.
         yaw: Ego heading relative to the road [rad], positive right.
-        lane: Lane strip of the ego centre (0 = starting lane, -1 = left).
+        lane: Road lane nearest the ego centre (0 = starting lane, -1 = left; `Road.nearest_lane`).
         left_lane: Whether a drivable lane exists left of ``lane``.
         right_lane: Whether a drivable lane exists right of ``lane``.
         actor_forward: Actors within 50 m, nearest first: forward offsets [m].

@@ -7,7 +7,8 @@ import numpy as np
 from carla_gym.backends.base import Backend, Snapshot, StepReport
 from carla_gym.sim.describe import describe, scene_prompt
 from carla_gym.sim.render import render
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
+from carla_gym.sim.validate import check_seed, json_safe
 from carla_gym.sim.world import WALKER_TYPE_ID, ToolCall, World
 
 
@@ -15,7 +16,11 @@ class EmbeddedBackend(Backend):
     """Pure Python/numpy simulation of the upstream trolley scenarios (no CARLA, no GPU).
 
     The simulation itself is deterministic: the same scenario and actions give bit-identical
-    results, so ``seed`` is accepted for interface compatibility and has no effect.
+    results, so ``seed`` is checked (as the OpenEnv server checks it) and has no effect.
+
+    ``scenario_config`` goes through `carla_gym.sim.validate.json_safe` first, as it does on its
+    way to an OpenEnv server, so numpy numbers are accepted and unsendable values (NaN, sets,
+    non-string keys) refused alike on both backends.
     """
 
     def __init__(self) -> None:
@@ -31,11 +36,12 @@ class EmbeddedBackend(Backend):
         if scenario_config is not None and not isinstance(scenario_config, dict):
             raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
                             f"{scenario_config!r}")
+        scenario_config = json_safe(scenario_config or {}, "scenario_config")
         try:
-            items = sorted((scenario_config or {}).items(), key=lambda kv: repr(kv[0]))
+            items = sorted(scenario_config.items())
             key = (scenario, tuple((k, type(v).__name__, v) for k, v in items))
             hash(key)
-        except TypeError:  # unhashable or unorderable: resolve (and fail) without caching
+        except TypeError:  # unhashable (lists): resolve (and fail) without caching
             spec = resolve_scenario(scenario, scenario_config)
             return spec, scene_prompt(spec)
         if key not in self._resolved:
@@ -46,9 +52,16 @@ class EmbeddedBackend(Backend):
         return self._resolved[key]
 
     def reset(self, scenario: str, seed: int | None = None, scenario_config: dict | None = None) -> Snapshot:
-        """See `Backend.reset`."""
+        """See `Backend.reset`; warns (`ConfigIgnoredWarning`) about keys that change nothing here.
+
+        Raises:
+            ValueError: Unknown scenario, invalid ``scenario_config`` or ``seed``.
+            TypeError: ``scenario_config`` is not a dict.
+        """
+        check_seed(seed)
         spec, self._prompt = self._resolve(scenario, scenario_config)
         self.world = World(spec)
+        warn_ignored(spec.ignored)
         return self.snapshot()
 
     def _require_world(self) -> World:

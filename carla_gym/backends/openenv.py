@@ -17,6 +17,20 @@ server through the same Gymnasium interface as the embedded backend.
   when the server lists ``"ticks"`` in ``scenario_data["extensions"]``; otherwise the tool call
   is followed by ``n - 1`` ``observe`` steps, as upstream's TRL example does.
 * Images come from ``capture_image`` (JPEG, decoded and resized); only the front camera exists.
+* Values cross the wire as the embedded backend sees them: ``scenario_config`` goes through
+  `carla_gym.sim.validate.json_safe` (numpy numbers converted, NaN and other non-JSON values
+  refused with a ValueError naming the field), and the server's refusals are ValueErrors
+  (`carla_gym.openenv.client.ServerRefusedError`). Keys the server lists in
+  ``scenario_data["ignored_config"]`` give the embedded backend's `ConfigIgnoredWarning`.
+* A reset after the server ended the session (idle timeout, restart, closed socket) opens a new
+  session by itself (`carla_gym.openenv.client`).
+* The URL and the timeouts are checked when the backend is made (`carla_gym.openenv.urls`),
+  before anything connects; the first reset connects, and fails at once when the connection is
+  refused (`carla_gym.openenv.client`).
+* Determinism: the embedded backend and this project's server are exact (bit-identical replays
+  of a seed). Another OpenEnv CARLA server gives at most best-effort determinism: real CARLA's
+  traffic manager and physics are not seeded end to end, and upstream's server drops ``seed``
+  (upstream bug B22), so equal seeds need not give equal episodes.
 """
 
 from __future__ import annotations
@@ -28,7 +42,11 @@ import math
 import numpy as np
 
 from carla_gym.backends.base import Backend, Snapshot, StepReport
+from carla_gym.hints import needs_extra
+from carla_gym.openenv.urls import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MESSAGE_TIMEOUT_S, check_timeout, check_url
 from carla_gym.sim.describe import describe
+from carla_gym.sim.scenarios import warn_ignored
+from carla_gym.sim.validate import check_seed, json_safe
 from carla_gym.sim.world import ToolCall
 
 
@@ -36,26 +54,31 @@ class OpenEnvBackend(Backend):
     """A `Backend` over one OpenEnv CARLA WebSocket session.
 
     Args:
-        base_url: Server URL, e.g. ``"http://127.0.0.1:8000"``.
-        connect_timeout_s: Connection timeout [s].
-        message_timeout_s: Reply timeout [s].
+        base_url: Server URL, e.g. ``"http://127.0.0.1:8000"`` (http, https, ws or wss).
+        connect_timeout_s: WebSocket handshake timeout [s] (default: openenv-core's, 10 s); a
+            refused connection fails at once regardless.
+        message_timeout_s: Reply timeout [s] of each request (default: openenv-core's, 60 s).
 
     Raises:
-        ImportError: Without the ``[server]`` extra (openenv-core); the message names the extra.
+        ValueError: A malformed ``base_url`` or a timeout outside
+            `carla_gym.openenv.urls.TIMEOUT_RANGE_S`, naming the value; checked before anything
+            else (nothing connects until the first reset).
+        carla_gym.hints.MissingExtraError: Without the ``[server]`` extra (openenv-core); an
+            ``ImportError`` whose message ends with the command that installs the extra.
     """
 
-    def __init__(self, base_url: str, connect_timeout_s: float = 10.0, message_timeout_s: float = 60.0) -> None:
-        try:
-            from carla_gym.openenv import CarlaAction, CarlaEnv
+    def __init__(self, base_url: str, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S) -> None:
+        check_url(base_url)
+        connect_timeout_s = check_timeout(connect_timeout_s, "connect_timeout_s")
+        message_timeout_s = check_timeout(message_timeout_s, "message_timeout_s")
+        with needs_extra("server"):
+            from carla_gym.openenv import CarlaAction, CarlaEnv  # noqa: F401 - CarlaEnv: checks the extra
             from carla_gym.openenv.models import from_tool_call
-        except ImportError as exc:
-            message = f"{exc}. The openenv backend needs the server extra: pip install -e '.[server]'"
-            raise ImportError(message) from exc
         self._action_cls = CarlaAction
         self._to_action = from_tool_call
         self.base_url = base_url
-        self._new_client = lambda: CarlaEnv(base_url=base_url, connect_timeout_s=connect_timeout_s,
-                                            message_timeout_s=message_timeout_s).sync()
+        self._timeouts = (connect_timeout_s, message_timeout_s)
         self._client = self._new_client()
         self._sent: tuple[str, dict] | None = None  # scenario and overrides of the last reset
         self._batching = False
@@ -64,6 +87,38 @@ class OpenEnvBackend(Backend):
         self._hits = 0
         self._tick = 0
 
+    def _new_client(self):
+        from carla_gym.openenv import CarlaEnv
+
+        connect_timeout_s, message_timeout_s = self._timeouts
+        return CarlaEnv(base_url=self.base_url, connect_timeout_s=connect_timeout_s,
+                        message_timeout_s=message_timeout_s).sync()
+
+    def __getstate__(self) -> dict:
+        """Pickle the settings only: a server-side session cannot travel in a pickle.
+
+        The unpickled backend has no session; its next `reset` opens a new one (`step` and
+        `render` before that raise RuntimeError), so a restored env continues statistically, not
+        bit-identically.
+        """
+        state = self.__dict__.copy()
+        state.update(_client=None, _sent=None, _action_cls=None, _to_action=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore what `__getstate__` kept; the session opens at the next `reset`."""
+        from carla_gym.openenv import CarlaAction
+        from carla_gym.openenv.models import from_tool_call
+
+        self.__dict__.update(state)
+        self._action_cls, self._to_action = CarlaAction, from_tool_call
+
+    def _session(self):
+        if self._client is None or self._sent is None:
+            raise RuntimeError(f"no episode on the OpenEnv server {self.base_url} in this session (a backend "
+                               "restored from a pickle starts without one); call reset() first")
+        return self._client
+
     def reset(self, scenario: str, seed: int | None = None, scenario_config: dict | None = None) -> Snapshot:
         """See `Backend.reset`; raises ConnectionError naming the URL when the server is unreachable.
 
@@ -71,18 +126,30 @@ class OpenEnvBackend(Backend):
         scenario (upstream semantics). When an override of the last reset is missing now, the
         backend opens a new session, which starts from the scenario's defaults, so every reset
         runs exactly the configuration it was given, as the embedded backend does.
+
+        Raises:
+            ValueError: Unknown scenario, invalid ``scenario_config`` or ``seed`` (refused here
+                or by the server).
+            TypeError: ``scenario_config`` is not a dict.
+            ConnectionError: The server cannot be reached; the message names the URL.
         """
-        config = dict(scenario_config or {})
-        if self._sent is not None and self._sent[0] == scenario and set(self._sent[1]) - set(config):
+        if scenario_config is not None and not isinstance(scenario_config, dict):
+            raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
+                            f"{scenario_config!r}")
+        config = json_safe(scenario_config or {}, "scenario_config")
+        seed = check_seed(seed)
+        if self._client is None:  # restored from a pickle
+            self._client = self._new_client()
+        elif self._sent is not None and self._sent[0] == scenario and set(self._sent[1]) - set(config):
             self._client.close()
             self._client = self._new_client()
         result = self._client.reset(scenario_name=scenario, scenario_config=config, seed=seed)
         self._sent = (scenario, config)
         obs = result.observation
         self._start = (obs.location[1], math.radians(obs.rotation[1]))
-        camera = (scenario_config or {})
-        self._camera = (camera.get("camera_width", 640), camera.get("camera_height", 360))
+        self._camera = (config.get("camera_width", 640), config.get("camera_height", 360))
         state = self._client.state()
+        warn_ignored(state.scenario_data.get("ignored_config", ()))
         self._batching = "ticks" in state.scenario_data.get("extensions", [])
         self._hits = int(state.scenario_data.get("hits", 0))
         snap = self._snapshot(obs, state, result.done)
@@ -91,6 +158,7 @@ class OpenEnvBackend(Backend):
 
     def step(self, call: ToolCall, ticks: int = 1) -> StepReport:
         """See `Backend.step`."""
+        self._session()  # an episode exists on the server
         action = self._to_action(call)
         if self._batching and ticks > 1:
             action.metadata = {"ticks": ticks}
@@ -118,7 +186,7 @@ class OpenEnvBackend(Backend):
 
         if view != "front":
             raise ValueError(f"view={view!r}: the openenv backend has only the server's front camera")
-        result = self._client.step(self._action_cls(action_type="capture_image"))
+        result = self._session().step(self._action_cls(action_type="capture_image"))
         if result.observation.camera_image is None:
             raise RuntimeError(f"the server at {self.base_url} sent no camera image for capture_image (upstream's "
                                "mock mode has no camera); use observation_mode='state'")
@@ -127,8 +195,9 @@ class OpenEnvBackend(Backend):
         return np.ascontiguousarray(image.transpose(2, 0, 1)) if channels_first else image
 
     def close(self) -> None:
-        """Close the WebSocket session."""
-        self._client.close()
+        """Close the WebSocket session (if any)."""
+        if self._client is not None:
+            self._client.close()
 
     # -- helpers -------------------------------------------------------------------------------
     def _snapshot(self, obs, state, done: bool) -> Snapshot:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,8 +13,10 @@ from gymnasium import spaces
 from carla_gym.backends.base import Backend, Snapshot
 from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.envs import spaces as S
+from carla_gym.openenv.urls import EXAMPLE_URL, check_timeout, check_url
 from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
+from carla_gym.sim.road import lane_centre
 from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.validate import check_number
 
@@ -47,18 +50,24 @@ class CarlaTrolleyEnv(gym.Env):
     |-------|------|--------|
     | 0 | `observe` | keep the current controls |
     | 1 | `emergency_stop` | full brake (8 m/s^2) from now on |
-    | 2 | `lane_change_left` | closed-loop change to the lane centre 3.5 m left (about 1.5 s) |
+    | 2 | `lane_change_left` | closed-loop change to the lane centre 3.5 m left (about 1.7 s) |
     | 3 | `lane_change_right` | closed-loop change to the lane centre 3.5 m right |
 
     `action_mode="control"`: `Box(-1, 1, (2,), float32)` = [steer, throttle (+) / brake (-)],
     as in VLM-RL; applied as upstream's `control` action (steer <= -0.3 or >= 0.3 counts as
-    a swerve).
+    a swerve). With `steer_smoothing=s` > 0 the applied steer is VLM-RL's low-pass
+    w * previous applied steer + (1 - w) * commanded steer, with w = s ** (step length / (1/15 s))
+    so that the filter has VLM-RL's time constant (VLM-RL: s = 0.75 once per 1/15 s step, its
+    `action_smoothing`, `carla_gym.envs.spaces.VLM_RL_STEER_SMOOTHING`; w = 0.116 for the default
+    0.5 s decision; 0 after a reset); the swerve classification sees the applied steer, and the
+    state vector gains entry 32, the applied steer (as VLM-RL's `vehicle_measures`).
 
     ## Observation Space
     `observation_mode="dict"` (default): `Dict(image=Box(0, 255, (3, H, W), uint8),
-    state=Box(low, high, (32,), float32))`; the image is the front camera (or the bird's-eye
-    view) at `image_width` x `image_height`, channel-first. `observation_mode="state"`: the
-    state vector alone, with no rendering cost. State vector layout (`carla_gym.envs.spaces`):
+    state=Box(low, high, (32,), float32))` ((33,) with `steer_smoothing`); the image is the
+    front camera (or the bird's-eye view) at `image_width` x `image_height`, channel-first.
+    `observation_mode="state"`: the state vector alone, with no rendering cost. State vector
+    layout (`carla_gym.envs.spaces`):
 
     | Index | Observation | Unit | Min | Max |
     |-------|-------------|------|-----|-----|
@@ -73,6 +82,7 @@ class CarlaTrolleyEnv(gym.Env):
     | 8+3i | actor i (nearest first, i < 8): forward offset | m | -50 | 50 |
     | 9+3i | actor i: rightward offset | m | -50 | 50 |
     | 10+3i | actor i: present (0 = padding) | 0/1 | 0 | 1 |
+    | 32 | only with `steer_smoothing` > 0: the steer applied at the last step | | -1 | 1 |
 
     ## Rewards
     `reward_mode="rubric"` (default, upstream parity): 0 on every decision until the episode
@@ -101,8 +111,12 @@ class CarlaTrolleyEnv(gym.Env):
     lane), `current_lane` (`"lane_<n>"`), `description` (text for LLMs, upstream TRL format),
     `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
     `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`,
-    `lane_offset` [m] (signed distance of the ego centre from its lane's centre, +right) and `yaw`
-    [rad] (heading relative to the road, +right). With `reward_frame_size=N` also `reward_frame`:
+    `lane_offset` [m] (signed distance of the ego centre from the centre of `lane`, +right) and
+    `yaw` [rad] (heading relative to the road, +right). `lane` is the road lane nearest the ego
+    centre (`carla_gym.sim.road.Road.nearest_lane`): off the road it stays the outermost lane on
+    that side, so `lane_offset` grows with the distance from the road (two left lane changes in
+    trolley_micro_escape_exists end at y = -6.975 m: lane -1, lane_offset -3.475 m).
+    With `reward_frame_size=N` also `reward_frame`:
     VLM-RL's top-down reward camera (pitch -90 deg, 6.4 m up, 110 deg field of view, 5.2 m ahead
     of and 1.6 m left of the ego centre; `carla_gym.sim.render.topdown_chw`) as uint8 (N, N, 3),
     rendered only when asked for (the CLIP reward wrappers in `carla_gym.reward` read it).
@@ -138,10 +152,18 @@ class CarlaTrolleyEnv(gym.Env):
     | `render_view` | str | `"front"` | view returned by `render()` |
     | `scenario_config` | dict or None | None | upstream `scenario_config` overrides for every scenario |
     | `backend` | str or `Backend` | `"embedded"` | `"embedded"`, `"openenv"` (remote server) or a `Backend` |
-    | `base_url` | str or None | None | server URL for `backend="openenv"` |
-    | `reward_frame_size` | int or None | None | size [px] of `info["reward_frame"]`; None: no frame (embedded only) |
+    | `base_url` | str or None | None | server URL for `backend="openenv"`: `"http://127.0.0.1:8000"` |
+    | `connect_timeout_s` | float or None | None | `"openenv"`: handshake timeout [s]; None: 10 (openenv-core) |
+    | `message_timeout_s` | float or None | None | `"openenv"`: reply timeout [s]; None: 60 (openenv-core) |
+    | `reward_frame_size` | int or None | None | `info["reward_frame"]` size [px] (VLM-RL: 517); None: none |
+    | `steer_smoothing` | float | 0.0 | previous steer's weight per 1/15 s in [0, 1), control (VLM-RL: 0.75) |
 
     The scenario camera is 640x360 unless `scenario_config` sets `camera_width`/`camera_height`.
+    `base_url` takes the schemes http, https, ws and wss; it and the timeouts (0.01 to 86400 s) are
+    checked here, before anything connects (ValueError naming the value). The first `reset`
+    connects: a refused connection fails at once, a host that does not answer after
+    `connect_timeout_s`; both errors name the URL and the ways forward (`carla-gym serve`, or the
+    embedded backend).
 
     ## Reset Options
     `options={"scenario": name, "scenario_config": {...}}` switches scenario (and overrides)
@@ -171,6 +193,9 @@ class CarlaTrolleyEnv(gym.Env):
         backend: str | Backend = "embedded",
         base_url: str | None = None,
         reward_frame_size: int | None = None,
+        steer_smoothing: float = 0.0,
+        connect_timeout_s: float | None = None,
+        message_timeout_s: float | None = None,
     ) -> None:
         for key, value, valid in (
             ("action_mode", action_mode, ACTION_MODES),
@@ -192,13 +217,28 @@ class CarlaTrolleyEnv(gym.Env):
         if backend == "openenv" and observation_mode == "dict" and image_view != "front":
             raise ValueError(f"image_view={image_view!r}: the openenv backend has only the server's front camera; "
                              "use image_view='front' or observation_mode='state'")
-        if backend != "openenv" and base_url is not None:
-            raise ValueError(f"base_url={base_url!r} is only used with backend='openenv' (got backend={backend!r})")
+        remote = {key: value for key, value in (("base_url", base_url), ("connect_timeout_s", connect_timeout_s),
+                                                 ("message_timeout_s", message_timeout_s)) if value is not None}
+        if backend != "openenv" and remote:
+            key, value = next(iter(remote.items()))
+            raise ValueError(f"{key}={value!r} is only used with backend='openenv' (got backend={backend!r})")
+        if backend == "openenv":  # before anything else is built, and before the openenv-core import
+            if base_url is None:
+                raise ValueError(f"backend='openenv' needs base_url, e.g. {EXAMPLE_URL!r}; got None")
+            check_url(base_url)
+            remote.update({key: check_timeout(value, key) for key, value in remote.items() if key != "base_url"})
         if reward_frame_size is not None:
             reward_frame_size = check_number("reward_frame_size", reward_frame_size, 16, 1024, integer=True)
             if backend == "openenv":
                 raise ValueError("reward_frame_size needs the top-down camera, which only the embedded backend has; "
                                  "OpenEnv servers send the front camera only")
+        steer_smoothing = check_number("steer_smoothing", steer_smoothing, 0.0, 1.0)
+        if steer_smoothing == 1.0:
+            raise ValueError("steer_smoothing=1.0: must be in [0, 1) (1 would ignore every steer command; VLM-RL "
+                             "uses 0.75)")
+        if steer_smoothing and action_mode != "control":
+            raise ValueError(f"steer_smoothing={steer_smoothing!r} applies to action_mode='control' only (got "
+                             f"action_mode={action_mode!r}); leave it at 0.0")
         scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
         if not scenarios:
             raise ValueError("scenario=[]: give at least one scenario name")
@@ -209,11 +249,9 @@ class CarlaTrolleyEnv(gym.Env):
         elif backend == "embedded":
             self.backend = EmbeddedBackend()
         elif backend == "openenv":
-            if not isinstance(base_url, str) or not base_url:
-                raise ValueError(f"backend='openenv' needs base_url, e.g. 'http://127.0.0.1:8000'; got {base_url!r}")
             from carla_gym.backends.openenv import OpenEnvBackend
 
-            self.backend = OpenEnvBackend(base_url)
+            self.backend = OpenEnvBackend(**remote)
         else:
             raise ValueError(f"backend={backend!r}: choose one of {list(BACKENDS)} or pass a Backend instance")
 
@@ -229,6 +267,8 @@ class CarlaTrolleyEnv(gym.Env):
         self.render_width, self.render_height = render_width, render_height
         self.render_view = render_view
         self.reward_frame_size = reward_frame_size
+        self.steer_smoothing = steer_smoothing
+        self._steer = 0.0  # steer applied at the previous step (steer_smoothing)
         self.metadata = {**self.metadata, "render_fps": 1.0 / (C.DT * self.ticks_per_action)}
 
         if action_mode == "tools":
@@ -236,12 +276,12 @@ class CarlaTrolleyEnv(gym.Env):
         else:
             self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         if observation_mode == "state":
-            self.observation_space = S.state_space()
+            self.observation_space = S.state_space(steer=bool(steer_smoothing))
         else:
             self.observation_space = spaces.Dict(
                 {
                     "image": spaces.Box(0, 255, shape=(3, *self.image_size), dtype=np.uint8),
-                    "state": S.state_space(),
+                    "state": S.state_space(steer=bool(steer_smoothing)),
                 }
             )
         self._snapshot: Snapshot | None = None
@@ -260,6 +300,9 @@ class CarlaTrolleyEnv(gym.Env):
         Raises:
             ValueError: Unknown option keys, scenario name or scenario_config values.
             TypeError: ``scenario_config`` is not a dict.
+            ConnectionError: ``backend="openenv"``: the server cannot be reached (at once when the
+                connection is refused); the message names the URL, the reason and the ways forward.
+            TimeoutError: ``backend="openenv"``: no reply within ``message_timeout_s``.
         """
         super().reset(seed=seed)
         options = dict(options or {})
@@ -277,6 +320,7 @@ class CarlaTrolleyEnv(gym.Env):
             raise TypeError(f"options['scenario_config'] must be a dict, got {type(config).__name__}: {config!r}")
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
+        self._steer = 0.0
         info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0)
         return self._observation(self._snapshot), info
 
@@ -298,6 +342,9 @@ class CarlaTrolleyEnv(gym.Env):
                 "(upstream paid rewards after done, bug B9; this env refuses)"
             )
         call = S.tool_call(self.action_mode, action)
+        if self.steer_smoothing:
+            self._steer = S.smooth_steer(self._steer, call.steer, self.steer_smoothing, self.ticks_per_action * C.DT)
+            call = dataclasses.replace(call, steer=self._steer)
         report = self.backend.step(call, self.ticks_per_action)
         before, snap = self._snapshot, report.snapshot
         self._snapshot = snap
@@ -325,7 +372,7 @@ class CarlaTrolleyEnv(gym.Env):
 
     # -- helpers ----------------------------------------------------------------------------
     def _observation(self, snap: Snapshot):
-        state = S.state_vector(snap)
+        state = S.state_vector(snap, self._steer if self.steer_smoothing else None)
         if self.observation_mode == "state":
             return state
         image = self.backend.render(self.image_view, self.image_size[1], self.image_size[0], channels_first=True)
@@ -339,7 +386,7 @@ class CarlaTrolleyEnv(gym.Env):
             "speed_kmh": snap.speed_kmh,
             "lane": snap.lane,
             "current_lane": f"lane_{snap.lane}",
-            "lane_offset": snap.lateral - snap.lane * C.LANE_WIDTH,
+            "lane_offset": snap.lateral - lane_centre(snap.lane),
             "yaw": snap.yaw,
             "description": snap.description,
             "scene_prompt": snap.scene_prompt,

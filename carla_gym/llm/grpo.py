@@ -49,14 +49,19 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
     Raises:
         ValueError: A tiny model of the wrong kind for ``vision``.
         OSError: The model cannot be found or downloaded (the message says what to try).
+        carla_gym.hints.MissingExtraError: Without the ``[grpo]`` extra (names its install command).
     """
+    from carla_gym.hints import needs_extra
+
     if name in TINY_MODELS:
         if (name == "tiny-random-vl") != vision:
             raise ValueError(f"model={name!r} does not match vision={vision}: tiny-random is the text model, "
                              "tiny-random-vl the VLM (train_grpo.py --vision, agents.compare vlm:)")
-        return tiny_model(name, seed)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+        with needs_extra("grpo"):
+            return tiny_model(name, seed)
+    with needs_extra("grpo"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
     path = Path(name).expanduser()
     local = name.startswith(("/", ".", "~")) or name.count("/") > 1 or path.exists() or \
@@ -107,7 +112,10 @@ def lora_config(r: int, lora_alpha: int, exclude_modules: str = VISION_MODULES, 
     """
     import re
 
-    from peft import LoraConfig
+    from carla_gym.hints import needs_extra
+
+    with needs_extra("grpo"):
+        from peft import LoraConfig
 
     if model is not None and not any(re.fullmatch(exclude_modules, name) for name, _ in model.named_modules()):
         exclude_modules = None
@@ -143,7 +151,10 @@ def chat_template_kwargs(processing_class) -> dict:
 
 @functools.cache
 def _trainer_class():
-    from trl import GRPOTrainer
+    from carla_gym.hints import needs_extra
+
+    with needs_extra("grpo"):
+        from trl import GRPOTrainer
 
     class CarlaGRPOTrainer(GRPOTrainer):
         """GRPOTrainer with text-only completion logs (see the module docstring, bug L1)."""

@@ -9,9 +9,10 @@ loop ends on a turn without a tool call or after ``max_tool_calling_iterations``
 tools. Unlike training, there is no total token budget over the turns (TRL's
 ``max_completion_length``): each turn has ``max_new_tokens``, and tool results are never rolled
 back. The conversation is re-rendered each turn, where TRL splices token ids. Tool exceptions and
-unknown tools become ``{'error': ...}`` tool messages, as in TRL, and are counted; a turn whose
-text holds a tool-call marker that did not parse is counted as a parse failure. The episode is
-then played out and scored by `CarlaToolEnv` like in training.
+unknown tools become ``{'error': ...}`` tool messages, as in TRL. Calls, failed calls and parse
+failures are counted by the rule of `carla_gym.llm.tools` (every call that is run counts, failed
+ones also as failures; the env keeps the counts), the same as in training. The episode is then
+played out and scored by `CarlaToolEnv` like in training.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from carla_gym.llm.prompts import user_prompt
-from carla_gym.llm.tools import CarlaToolEnv, tool_methods
+from carla_gym.llm.tools import TOOL_CALL_MARKERS, CarlaToolEnv, tool_methods, unparsed_tool_call
+
+__all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "evaluate_chat",
+           "markdown_table", "play_episode", "summarize"]
 
 UNFINISHED = "UNFINISHED"
 """``trolley_action`` of an episode that did not end (only without play-out)."""
-TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
-"""Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
 
 
 class ChatPolicy(Protocol):
@@ -122,8 +124,7 @@ class TransformersChat:
         while ids and ids[-1] == self.tokenizer.pad_token_id:
             ids.pop()
         reply = parse_response(self.tokenizer, ids, prefix=prompt_ids, tools=tools)
-        raw = self.tokenizer.decode(ids, skip_special_tokens=False)
-        if not reply.get("tool_calls") and any(m in raw for m in TOOL_CALL_MARKERS):
+        if unparsed_tool_call(reply, self.tokenizer.decode(ids, skip_special_tokens=False)):
             reply["parse_failed"] = True
         return reply
 
@@ -141,30 +142,24 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
 
     Returns:
         A record: scenario, seed, reward, success, trolley_action, ethical_choice,
-        expected/actual pedestrians hit, road_departure, tool_calls (names), tool_failures,
+        expected/actual pedestrians hit, road_departure, tool_calls (the names of every call that
+        was run, failed ones included: ``env.calls``), tool_failures (``len(env.failures)``),
         parse_failures, turns, wall_time_s and messages (the conversation, images dropped).
     """
     start = time.perf_counter()
     messages = append_observation(user_prompt(), env.reset(scenario=scenario, seed=seed))
     tools = {t.__name__: t for t in tool_methods(env)}
-    tool_failures = parse_failures = turns = 0
+    turns = 0
     for iteration in range(max_tool_calling_iterations + 1):
         reply = chat(messages, list(tools.values()))
         turns += 1
-        parse_failures += bool(reply.pop("parse_failed", False))
+        env.parse_failures += bool(reply.pop("parse_failed", False))
         messages.append(reply)
         calls = reply.get("tool_calls") or []
         if not calls or iteration == max_tool_calling_iterations:
             break
         for call in calls:
-            name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
-            try:
-                result = tools[name](**arguments) if name in tools else {"error": f"Tool {name} not found."}
-            except Exception as exc:  # noqa: BLE001 - any tool error goes back to the model, as in TRL
-                result = {"error": str(exc)}
-            if isinstance(result, dict):
-                tool_failures += 1
-                result = str(result)
+            name, result = _run_call(env, tools, call)
             message = {"role": "tool", "name": name, "content": result}
             if call.get("id"):  # OpenAI-style endpoints match results to calls by id
                 message["tool_call_id"] = call["id"]
@@ -177,9 +172,31 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
         "expected_pedestrians_hit": outcome.get("expected_pedestrians_hit"),
         "actual_pedestrians_hit": outcome.get("actual_pedestrians_hit"),
         "road_departure": outcome.get("road_departure"), "tool_calls": list(env.calls),
-        "tool_failures": tool_failures, "parse_failures": parse_failures, "turns": turns,
+        "tool_failures": len(env.failures), "parse_failures": env.parse_failures, "turns": turns,
         "wall_time_s": time.perf_counter() - start, "messages": _strip_images(messages),
     }
+
+
+def _run_call(env: CarlaToolEnv, tools: dict[str, Callable], call: dict) -> tuple[str, Any]:
+    """Run one parsed tool call as TRL's tool loop does; returns the tool message's name and content.
+
+    Errors become the text ``{'error': ...}`` (TRL's wording); calls that fail before reaching a
+    tool (unknown tool, non-function call, arguments that are not an object) are reported to
+    ``env`` (`CarlaToolEnv._record_failed_call`), so they count as failed calls as in TRL.
+    """
+    if call.get("type", "function") != "function":
+        name = str(call.get("name", "unknown"))
+        return name, str({"error": env._record_failed_call(name, f"Unsupported tool call type: {call['type']}")})
+    name, arguments = call["function"]["name"], call["function"].get("arguments") or {}
+    if name not in tools:
+        return name, str({"error": env._record_failed_call(name, f"Tool {name} not found.")})
+    if not isinstance(arguments, dict):
+        error = f"arguments must be a JSON object, not {type(arguments).__name__}"
+        return name, str({"error": env._record_failed_call(name, error)})
+    try:
+        return name, tools[name](**arguments)
+    except Exception as exc:  # noqa: BLE001 - any tool error goes back to the model, as in TRL
+        return name, str({"error": str(exc)})
 
 
 def _strip_images(messages: list[dict]) -> list[dict]:

@@ -18,8 +18,10 @@ TINY_TEXT = "tiny-random"
 TINY_VL = "tiny-random-vl"
 TINY_MODELS = (TINY_TEXT, TINY_VL)
 
-_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
-            "<tool_response>", "</tool_response>"]
+_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_MARKUP = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>"]
+"""Single tokens that are *not* special, as in Qwen3's tokenizer: decoding with ``skip_special_tokens`` keeps them
+(TRL's parse fallback then shows an unparsed ``<tool_call>`` as text, as with the real model)."""
 _VISION_SPECIAL = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 
 
@@ -54,7 +56,7 @@ def tiny_tokenizer(vision: bool = False):
     Returns:
         A transformers fast tokenizer; eos ``<|im_end|>``, pad ``<|endoftext|>``, left padding.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     special = _SPECIAL + (_VISION_SPECIAL if vision else [])
@@ -64,6 +66,7 @@ def tiny_tokenizer(vision: bool = False):
     trainer = trainers.BpeTrainer(vocab_size=1024, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(_corpus(), trainer=trainer)
+    tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in _MARKUP])
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                   padding_side="left")
     template = "qwen3_vl.jinja" if vision else "qwen3.jinja"

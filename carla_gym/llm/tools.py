@@ -12,6 +12,16 @@ thus as the SB3 agents): every tool call is one env decision of ``ticks_per_tool
 (default 10 = 0.5 s): the tool acts on the first tick and the controls are held for the rest.
 Upstream's TRL example instead sends the tool and then 10 ``observe`` ticks (11 ticks).
 
+Counting (one rule for the adapter, `carla_gym.llm.rollout`, the GRPO metrics and the comparison
+harness): every tool call that reaches a tool is appended to ``calls``, whatever its arguments; a
+call that raises (missing or unknown argument names, a bad value) is also appended to
+``failures``. Calls of tools that do not exist never reach the adapter: whoever dispatches the
+calls reports them with `CarlaToolEnv._record_failed_call` (`carla_gym.llm.rollout` as it runs
+them, `rubric_reward` from TRL's conversation, where TRL answers ``Tool <name> not found.``), so
+``len(calls)`` and ``len(failures)`` count what TRL counts in ``tools/call_frequency`` and
+``tools/failure_frequency``. Assistant turns whose tool-call text did not parse are no calls; the
+dispatcher counts them in ``parse_failures``.
+
 Scoring: with ``play_out=True`` (default) an episode the model leaves unfinished (it stops calling
 tools, or hits the tool-call or length limit) is run to its end with the controls held before
 the reward is read, so the decision is scored by its consequence. ``play_out=False`` scores as
@@ -20,6 +30,7 @@ upstream's TRL example: 0.0 unless the model itself called tools until the episo
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections import Counter
@@ -31,14 +42,65 @@ import numpy as np
 
 from carla_gym.envs.spaces import TOOL_ACTIONS
 from carla_gym.envs.trolley import DEFAULT_SCENARIO
+from carla_gym.openenv.urls import EXAMPLE_URL, check_url
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.validate import check_number
 
 OBSERVE, EMERGENCY_STOP, LANE_LEFT, LANE_RIGHT = (TOOL_ACTIONS.index(name) for name in (
     "observe", "emergency_stop", "lane_change_left", "lane_change_right"))  # CarlaTrolley-v0 tool actions
 EPISODE_OVER = "The episode is over; tools no longer change anything. Stop calling tools."
+TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
+"""Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
 IMAGE_ASPECT = 9 / 16
 """Height/width of tool images: the scenario camera's 640x360 (upstream trolley default)."""
+
+
+def image_height(width: int) -> int:
+    """Height [px] of tool images ``width`` px wide (`IMAGE_ASPECT`, at least 16).
+
+    >>> image_height(256), image_height(16)
+    (144, 16)
+    """
+    return max(16, round(width * IMAGE_ASPECT))
+
+
+class ToolArgumentError(ValueError, TypeError):
+    """A tool called with missing or unknown argument names (a TypeError for Python callers, a ValueError as a tool)."""
+
+
+def _counted(method: Callable) -> Callable:
+    """Make ``method`` a counted tool: every call is recorded, failed ones also as failures.
+
+    The wrapper accepts any arguments, so that calls with wrong argument names reach the adapter
+    and are counted (Python would raise before the method body runs); it binds them to the
+    method's own signature and raises `ToolArgumentError` naming the valid call when they do
+    not fit. ``functools.wraps`` keeps the name, docstring, annotations and ``inspect.signature``
+    of ``method``, so the JSON schema TRL derives (``transformers.utils.get_json_schema``) is
+    unchanged.
+    """
+    signature = inspect.signature(method)
+    name = method.__name__
+    params = list(signature.parameters)[1:]
+    usage = f"{name}({', '.join(params)})"
+
+    @functools.wraps(method)
+    def tool(self: CarlaToolEnv, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(name)
+        try:
+            signature.bind(self, *args, **kwargs)
+        except TypeError as exc:
+            self.failures.append(name)
+            given = [*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]
+            unknown = [k for k in kwargs if k not in params]
+            problem = f"unknown argument(s) {unknown}" if unknown else str(exc)
+            raise ToolArgumentError(f"{name}({', '.join(given)}): {problem}; call it as {usage}") from None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception:
+            self.failures.append(name)
+            raise
+
+    return tool
 
 
 class CarlaToolEnv:
@@ -55,7 +117,11 @@ class CarlaToolEnv:
         reward: Return of the current episode so far (rubric: upstream's terminal reward).
         done: Whether the episode has terminated.
         info: The env's latest info dict (``info["outcome"]`` once done).
-        calls: Tool names called this episode, in order (calls after the end included).
+        calls: Tool names called this episode, in order: every attempt, failed ones and calls after the
+            end included (unknown tools as reported by the dispatcher).
+        failures: Tool names of the calls in ``calls`` that failed (bad argument names or values,
+            unknown tools), in order.
+        parse_failures: Assistant turns whose tool-call text did not parse (reported by the dispatcher).
         actions: The env actions the tools took this episode (`CarlaTrolley-v0` tool names such as
             ``"lane_change_left"``; calls after the end and the play-out are not included).
         scenario: Scenario of the current episode.
@@ -64,12 +130,14 @@ class CarlaToolEnv:
         vision: Return camera images with the text (for VLMs).
         image_size: Width [px] of tool images (16-1024).
         ticks_per_tool: Simulator ticks (0.05 s) per tool call.
-        base_url: OpenEnv server URL; None uses the embedded simulator.
+        base_url: OpenEnv server URL, e.g. ``"http://127.0.0.1:8000"``; None uses the embedded
+            simulator.
         play_out: Finish unfinished episodes with the controls held before scoring.
         reward_mode: ``"rubric"`` (upstream) or ``"physical"`` (see CarlaTrolley-v0).
 
     Raises:
-        ValueError: Bad ``image_size``, ``ticks_per_tool`` or ``reward_mode`` (from the env).
+        ValueError: Bad ``image_size``, ``ticks_per_tool``, ``reward_mode`` or ``base_url``
+            (`carla_gym.openenv.urls.check_url`; checked before anything connects) (from the env).
     """
 
     def __init__(self, vision: bool = False, image_size: int = 256, ticks_per_tool: int = 10,
@@ -77,18 +145,21 @@ class CarlaToolEnv:
         self._vision = bool(vision)
         self._play_out = bool(play_out)
         width = check_number("image_size", image_size, 16, 1024, integer=True)
-        height = max(16, round(width * IMAGE_ASPECT))
+        height = image_height(width)
         self._env = gym.make(
             "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_tool, reward_mode=reward_mode,
             render_mode="rgb_array" if vision else None, render_width=width, render_height=height,
-            backend="openenv" if base_url else "embedded", base_url=base_url,
+            backend="embedded" if base_url is None else "openenv", base_url=base_url,
         ).unwrapped
         self.reward = 0.0
         self.done = False
         self.info: dict[str, Any] = {}
         self.calls: list[str] = []
+        self.failures: list[str] = []
+        self.parse_failures = 0
         self.actions: list[str] = []
         self.scenario = DEFAULT_SCENARIO
+        self._conversation_counted = False
 
     def reset(self, scenario: str | None = None, seed: int | None = None, **row: Any) -> str | list[dict]:
         """Start an episode (TRL passes the whole dataset row; other columns are ignored).
@@ -104,25 +175,30 @@ class CarlaToolEnv:
         """
         self.scenario = scenario or DEFAULT_SCENARIO
         _, self.info = self._env.reset(seed=None if seed is None else int(seed), options={"scenario": self.scenario})
-        self.reward, self.done, self.calls, self.actions = 0.0, False, [], []
+        self.reward, self.done, self.calls, self.failures, self.actions = 0.0, False, [], [], []
+        self.parse_failures = 0
+        self._conversation_counted = False
         return self._reply(f"\n\n{self.info['scene_prompt']}\nNow:\n{self.info['description']}")
 
+    @_counted
     def observe(self) -> str | list[dict]:
         """Keep the current controls for a moment, then look again.
 
         Returns:
             What the car senses a moment later: speed and distances to pedestrians.
         """
-        return self._act("observe", OBSERVE)
+        return self._act(OBSERVE)
 
+    @_counted
     def emergency_stop(self) -> str | list[dict]:
         """Brake as hard as possible from now on.
 
         Returns:
             What the car senses a moment later: speed and distances to pedestrians.
         """
-        return self._act("emergency_stop", EMERGENCY_STOP)
+        return self._act(EMERGENCY_STOP)
 
+    @_counted
     def lane_change(self, direction: Literal["left", "right"]) -> str | list[dict]:
         """Steer into the neighbouring lane on one side.
 
@@ -136,13 +212,25 @@ class CarlaToolEnv:
             ValueError: direction is not "left" or "right" (TRL shows the error to the model).
         """
         if direction not in ("left", "right"):
-            self.calls.append("lane_change")
             raise ValueError(f"direction={direction!r} is not valid; use 'left' or 'right'")
-        return self._act("lane_change", LANE_LEFT if direction == "left" else LANE_RIGHT)
+        return self._act(LANE_LEFT if direction == "left" else LANE_RIGHT)
 
     # -- helpers (private: TRL exposes every public method as a tool) -------------------------
-    def _act(self, name: str, action: int) -> str | list[dict]:
+    def _record_failed_call(self, name: str, error: str) -> str:
+        """Count a call that failed before reaching a tool (unknown tool, arguments not a mapping).
+
+        Args:
+            name: The tool name the model called.
+            error: What the dispatcher answers (TRL: ``"Tool <name> not found."`` for unknown tools).
+
+        Returns:
+            ``error``.
+        """
         self.calls.append(name)
+        self.failures.append(name)
+        return error
+
+    def _act(self, action: int) -> str | list[dict]:
         if self.done:
             return self._reply(EPISODE_OVER)
         _, reward, terminated, _, self.info = self._env.step(action)
@@ -192,9 +280,17 @@ class ToolEnvFactory:
     Args:
         env_urls: OpenEnv server URLs; empty: embedded.
         **kwargs: `CarlaToolEnv` arguments (vision, image_size, ticks_per_tool, play_out, reward_mode).
+
+    Raises:
+        ValueError: ``env_urls`` is a string, or one of its URLs is malformed, naming it
+            (`carla_gym.openenv.urls.check_url`), here rather than at the first rollout.
     """
 
     def __init__(self, env_urls: Sequence[str] = (), **kwargs: Any) -> None:
+        if isinstance(env_urls, str):
+            raise ValueError(f"env_urls={env_urls!r}: give a list of URLs, e.g. [{EXAMPLE_URL!r}]")
+        for i, url in enumerate(env_urls):
+            check_url(url, f"env_urls[{i}]")
         self._urls = itertools.cycle(list(env_urls)) if env_urls else None
         self._kwargs = kwargs
         self.instances: list[CarlaToolEnv] = []
@@ -211,25 +307,81 @@ class ToolEnvFactory:
             self.instances.pop()._close()
 
 
+def count_conversation(env: CarlaToolEnv, conversation: Sequence[dict] | None) -> None:
+    """Add to ``env``'s counts what only the conversation shows: unknown-tool calls and unparsed tool calls.
+
+    For TRL rollouts, whose dispatcher answers a call of a tool that does not exist without
+    asking the adapter: every ``tool`` message whose name is not a tool of ``env`` counts as one
+    call and one failure (`CarlaToolEnv._record_failed_call`), and every assistant message
+    without tool calls whose text holds a `TOOL_CALL_MARKERS` marker (TRL's parser fell back to
+    plain text) as one parse failure. Counted once per episode, however often it is called.
+    TRL drops the tool messages of a last turn whose results overflow ``max_completion_length``
+    after running them; unknown-tool calls of that turn are therefore not counted here (TRL's
+    ``tools/call_frequency`` counts them).
+
+    Args:
+        env: The rollout's environment.
+        conversation: The rollout's completion messages (TRL's ``completions[i]``); None: nothing to add.
+    """
+    if env._conversation_counted or not conversation:
+        return
+    env._conversation_counted = True
+    known = {tool.__name__ for tool in tool_methods(env)}
+    for message in conversation:
+        if message.get("role") == "tool" and message.get("name") not in known:
+            env._record_failed_call(str(message.get("name")), str(message.get("content")))
+        elif message.get("role") == "assistant" and unparsed_tool_call(message):
+            env.parse_failures += 1
+
+
+def unparsed_tool_call(message: dict, raw_text: str | None = None) -> bool:
+    """Whether an assistant message announced a tool call that did not parse (no ``tool_calls``, a marker in the text).
+
+    Args:
+        message: The parsed assistant message.
+        raw_text: The generated text with special tokens kept, when known (default: the message content).
+
+    >>> unparsed_tool_call({"role": "assistant", "content": '<tool_call>{"name": oops}</tool_call>'})
+    True
+    >>> unparsed_tool_call({"role": "assistant", "content": "Done."})
+    False
+    """
+    if message.get("tool_calls"):
+        return False
+    text = raw_text if raw_text is not None else message.get("content")
+    if isinstance(text, list):
+        text = "".join(str(b.get("text", "")) for b in text if isinstance(b, dict))
+    return isinstance(text, str) and any(marker in text for marker in TOOL_CALL_MARKERS)
+
+
 def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
     """Episode metrics for the training log.
 
     Returns:
-        Means over finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
-        ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, and
-        ``"episode/tool_calls"`` (tool calls per rollout, finished or not); empty when no episode
-        finished.
+        Means per rollout (finished or not) of ``"episode/tool_calls"`` (every attempted call),
+        ``"episode/tool_failures"`` (calls that raised or named no tool) and
+        ``"episode/parse_failures"``: with these counts ``tool_failures / tool_calls`` equals TRL's
+        ``tools/failure_frequency`` and ``tool_calls`` its ``tools/call_frequency``. Means over
+        finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
+        ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, when
+        an episode finished. Empty without environments.
     """
+    if not environments:
+        return {}
+    metrics = {
+        "episode/tool_calls": float(np.mean([len(e.calls) for e in environments])),
+        "episode/tool_failures": float(np.mean([len(e.failures) for e in environments])),
+        "episode/parse_failures": float(np.mean([e.parse_failures for e in environments])),
+    }
     outcomes = [e.info["outcome"] for e in environments if e.done and "outcome" in e.info]
     if not outcomes:
-        return {}
+        return metrics
     n = len(outcomes)
-    metrics = {
+    metrics.update({
         "episode/success": float(np.mean([o["success"] for o in outcomes])),
         "episode/pedestrians_hit": float(np.mean([o["actual_pedestrians_hit"] for o in outcomes])),
         "episode/expected_pedestrians_hit": float(np.mean([o["expected_pedestrians_hit"] for o in outcomes])),
-        "episode/tool_calls": float(np.mean([len(e.calls) for e in environments])),
-    }
+    })
     counts = Counter(o["trolley_action"] for o in outcomes)
     for action in TROLLEY_ACTIONS:
         metrics[f"trolley_action/{action}"] = counts.get(action, 0) / n
@@ -237,17 +389,20 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
 
 
 def rubric_reward(environments: Sequence[CarlaToolEnv], log_metric: Callable | None = None,
-                  **kwargs: Any) -> list[float]:
+                  completions: Sequence[Sequence[dict]] | None = None, **kwargs: Any) -> list[float]:
     """GRPO reward function: each rollout's episode return (after playing it out).
 
-    TRL calls it with ``environments`` (one per completion, in order) and ``log_metric``; the
-    episode metrics of `episode_metrics` are logged beside ``rewards/rubric_reward/mean``.
-    It finishes unfinished episodes (with ``play_out``), so list it before any other reward
-    function that reads the environments: TRL calls them in order.
+    TRL calls it with ``environments`` (one per completion, in order), ``completions`` and
+    ``log_metric``; the conversation counts of `count_conversation` are added to the
+    environments and the episode metrics of `episode_metrics` are logged beside
+    ``rewards/rubric_reward/mean``. It finishes unfinished episodes (with ``play_out``), so list
+    it before any other reward function that reads the environments: TRL calls them in order.
 
     Returns:
         One float per environment.
     """
+    for i, env in enumerate(environments):
+        count_conversation(env, completions[i] if completions is not None else None)
     rewards = [env._finish() for env in environments]
     if log_metric is not None:
         for name, value in episode_metrics(environments).items():

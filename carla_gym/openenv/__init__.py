@@ -11,12 +11,16 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {"CarlaEnv": "carla_gym.openenv.client", "CarlaAction": "carla_gym.openenv.models",
-            "CarlaObservation": "carla_gym.openenv.models", "CarlaState": "carla_gym.openenv.models"}
+            "CarlaObservation": "carla_gym.openenv.models", "CarlaState": "carla_gym.openenv.models",
+            "ServerRefusedError": "carla_gym.openenv.client"}
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        from carla_gym.hints import needs_extra
+
+        with needs_extra("server"):  # a missing openenv-core names the install command
+            return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'carla_gym.openenv' has no attribute {name!r}")

@@ -28,12 +28,12 @@ from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
 from carla_gym.backends.embedded import snapshot_of
-from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, to_tool_call
+from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
-from carla_gym.sim.validate import check_number
+from carla_gym.sim.validate import check_number, check_seed
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, World
 
 MAX_TICKS_PER_STEP = 1000
@@ -112,13 +112,13 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         Raises:
             ValueError: Unknown scenario, invalid overrides or unknown keyword arguments; the
                 session keeps its previous scenario and episode.
+            SessionClosedError: The server ended this session (see `close`).
         """
         self._check_open()
         if kwargs:
             raise ValueError(f"unknown reset arguments {sorted(kwargs)}; valid: seed, episode_id, scenario_name, "
                              "scenario_config")
-        if seed is not None:
-            seed = check_number("seed", seed, 0, 2**63 - 1, integer=True)
+        seed = check_seed(seed)
         if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255
                                        or not _utf8(episode_id)):
             raise ValueError(f"episode_id={episode_id!r}: must be a UTF-8 string of at most 255 characters")
@@ -136,7 +136,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             episode_id=episode_id if episode_id is not None else str(uuid.uuid4()),
             scenario_name=name,
             weather=spec.weather,
-            scenario_data={"seed": seed, "scenario_config": config},
+            scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(spec.ignored)},
         )
         self._tally = _Tally()
         return self._observation(reward=None, rubric=None)
@@ -147,6 +147,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         Raises:
             ValueError: Invalid action values, a navigation action, a step after ``done``,
                 or a bad ``ticks`` value; the session keeps its state.
+            SessionClosedError: The server ended this session (see `close`).
         """
         self._check_open()
         if self._world is None:
@@ -204,7 +205,8 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
     def state(self) -> CarlaState:
         """Episode bookkeeping; ``scenario_data`` holds this project's extras.
 
-        ``scenario_data`` keys: ``seed``, ``scenario_config``, ``outcome`` (None until done),
+        ``scenario_data`` keys: ``seed``, ``scenario_config``, ``ignored_config`` (keys of it that
+        change nothing here: `carla_gym.sim.scenarios.IGNORED_KEYS`), ``outcome`` (None until done),
         ``extensions`` (``["ticks"]``: the batching extension is supported), ``hits`` (pedestrians
         actually hit) and ``snapshot`` (the `carla_gym.backends.Snapshot` fields, which let the
         remote Gymnasium backend build exactly the embedded backend's observations).
@@ -229,15 +231,20 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             "scenario_data": data})
 
     def close(self) -> None:
-        """End the session's simulator; later calls raise (openenv-core reclaims idle sessions this way)."""
+        """End the session's simulator; later calls raise `SessionClosedError`.
+
+        openenv-core reclaims idle sessions this way while their connection stays open; the
+        server's guard then answers the next message with a ``SESSION_CLOSED`` error envelope
+        and closes the connection (`carla_gym.openenv.guard`).
+        """
         self._closed = True
         self._world = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this session was closed by the server (idle longer than --session-timeout); "
-                               "reconnect to start a new session")
+            raise SessionClosedError(f"{SessionClosedError.PREFIX} (idle longer than --session-timeout); a reset "
+                                     "on a new connection starts a new session")
 
     def capture_image(self) -> str:
         """The current front-camera frame as a base64 JPEG at the scenario's camera settings."""

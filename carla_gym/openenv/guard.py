@@ -8,6 +8,12 @@ episode live on. CARLA is not an MCP environment, so ``/mcp`` (HTTP and WebSocke
 otherwise open sessions that hold server slots, is refused. The closing error openenv-core
 raises when a client vanishes without a close frame is swallowed instead of logged as a server
 error.
+
+openenv-core reclaims a session idle past ``--session-timeout`` by closing its environment but
+leaves its connection open, so every later message would get the same error and the client
+could never start over. The guard relabels that error's envelope ``SESSION_CLOSED``
+(`carla_gym.openenv.models.SESSION_CLOSED`), then closes the connection: clients see the session
+end, and a reset opens a new one.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 
 from starlette import websockets as _ws
 
+from carla_gym.openenv.models import SESSION_CLOSED, SessionClosedError
+
 _CLIENT_GONE = (_ws.WebSocketDisconnect, *filter(None, [getattr(_ws, "WebSocketDisconnected", None)]))
 """Errors openenv-core's handler raises when it writes to a socket whose client is gone."""
 
@@ -24,6 +32,20 @@ MAX_FRAME_BYTES = 1 << 20
 """Largest accepted WebSocket text frame [bytes] (an action is well under 1 KiB)."""
 MAX_DEPTH = 64
 """Deepest accepted JSON nesting (pydantic cannot serialise errors about values nested ~250 deep)."""
+_ERROR_START = '{"type":"error"'
+"""How openenv-core's error envelopes begin (pydantic ``model_dump_json`` of ``WSErrorResponse``)."""
+
+
+def closed_session_reply(text: str) -> str | None:
+    """The ``SESSION_CLOSED`` envelope for an outgoing frame reporting a reclaimed session, else None."""
+    if not text.startswith(_ERROR_START) or SessionClosedError.PREFIX not in text:
+        return None
+    reply = json.loads(text)
+    data = reply.get("data")
+    if not isinstance(data, dict) or not str(data.get("message", "")).startswith(SessionClosedError.PREFIX):
+        return None
+    data["code"] = SESSION_CLOSED
+    return json.dumps(reply)
 
 
 def _depth(value: Any) -> int:
@@ -75,8 +97,25 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        ended = False  # the guard closed the connection after a SESSION_CLOSED reply
+
+        async def guarded_send(message) -> None:
+            nonlocal ended
+            if ended:  # openenv-core's own close after ours goes nowhere
+                return
+            text = message.get("text") if message["type"] == "websocket.send" else None
+            reply = closed_session_reply(text) if text is not None else None
+            if reply is None:
+                await send(message)
+                return
+            ended = True
+            await send({"type": "websocket.send", "text": reply})
+            await send({"type": "websocket.close", "code": 1000, "reason": "session closed by the server"})
+
         async def guarded_receive():
             while True:
+                if ended:  # ends openenv-core's message loop as if the client had left
+                    return {"type": "websocket.disconnect", "code": 1000}
                 message = await receive()
                 if message["type"] != "websocket.receive":
                     return message
@@ -87,7 +126,7 @@ class Guard:
                 await send({"type": "websocket.send", "text": json.dumps(reply)})
 
         try:
-            await self.app(scope, guarded_receive, send)
+            await self.app(scope, guarded_receive, guarded_send)
         except _CLIENT_GONE:
             # openenv-core answers or closes a socket whose client vanished without a close
             # frame and trips over the dead connection; its session is cleaned up by then.

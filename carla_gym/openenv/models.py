@@ -9,11 +9,14 @@ information travels in ``CarlaState.scenario_data`` (``CarlaState`` allows extra
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Literal, get_args
 
 from openenv.core.env_server.types import Action, Observation, State
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
+from carla_gym.sim.validate import check_number, json_safe
 from carla_gym.sim.world import ToolCall
 
 ActionType = Literal[
@@ -33,8 +36,51 @@ ActionType = Literal[
 ACTION_TYPES: tuple[str, ...] = get_args(ActionType)
 
 
+SESSION_CLOSED = "SESSION_CLOSED"
+"""Error code of a reply to a message on a session the server has already ended (idle longer
+than ``--session-timeout``); the server then closes the connection. This project's code: an
+upstream server answers such messages with ``EXECUTION_ERROR``."""
+
+
+class SessionClosedError(RuntimeError):
+    """Raised by a server-side session after the server ended it; its message starts with `PREFIX`."""
+
+    PREFIX = "this session was closed by the server"
+
+
+_NUMBER_RANGES = {"throttle": (0.0, 1.0), "steer": (-1.0, 1.0), "brake": (0.0, 1.0), "target_speed_kmh": (0.0, 200.0),
+                  "brake_intensity": (0.0, 1.0), "destination_x": (-1e6, 1e6), "destination_y": (-1e6, 1e6),
+                  "destination_z": (-1e6, 1e6), "route_steps": (1, 100_000)}
+"""Valid range of each number field: upstream's bounds (spec 5.1); destinations within 1,000 km
+[m] and at most 100,000 route steps (upstream: unbounded; CARLA maps span a few km)."""
+
+
+@contextlib.contextmanager
+def _refusal():
+    """Re-raise a ValueError as pydantic's own error type.
+
+    A plain ValueError would put the exception object into ``ValidationError.errors()``, which
+    openenv-core's server cannot serialise into its ``VALIDATION_ERROR`` envelope: it would end
+    the session instead.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        raise PydanticCustomError("invalid_value", "{reason}", {"reason": str(exc)}) from None
+
+
 class CarlaAction(Action):
-    """One tool call (upstream ``CarlaAction``); the client always sends every field."""
+    """One tool call (upstream ``CarlaAction``); the client always sends every field.
+
+    Number fields take the numbers the simulator's `ToolCall` takes (Python or numpy numbers,
+    0-d arrays, `decimal.Decimal`) and, like it, refuse booleans and strings (upstream's
+    pydantic model would read ``True`` as 1.0 and ``"0.5"`` as 0.5). ``metadata`` is stored as
+    plain JSON data (`carla_gym.sim.validate.json_safe`), so numpy values in it can be sent.
+
+    Raises:
+        pydantic.ValidationError: A ValueError naming the field, for values out of range or
+            of the wrong type.
+    """
 
     action_type: ActionType = Field(default="observe", description="Which tool to call")
     throttle: float = Field(default=0.0, ge=0.0, le=1.0, description="control: throttle in [0, 1]")
@@ -50,6 +96,22 @@ class CarlaAction(Action):
     destination_y: float | None = Field(default=None, description="set_destination: y [m]")
     destination_z: float | None = Field(default=None, description="set_destination: z [m]")
     route_steps: int | None = Field(default=1, ge=1, description="follow_route: ticks to follow the route")
+
+    @field_validator(*_NUMBER_RANGES, mode="before")
+    @classmethod
+    def _plain_number(cls, value: Any, info) -> Any:
+        """A number field checked by `ToolCall`'s rule, as a Python float (int for route_steps)."""
+        if value is None:
+            return None
+        lo, hi = _NUMBER_RANGES[info.field_name]
+        with _refusal():
+            return check_number(info.field_name, value, lo, hi, integer=info.field_name == "route_steps")
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _plain_metadata(cls, value: Any) -> Any:
+        with _refusal():
+            return json_safe(value, "metadata") if isinstance(value, dict) else value
 
 
 class CarlaObservation(Observation):

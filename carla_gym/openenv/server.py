@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import functools
 
+from carla_gym.cli_args import HelpFormatter
 from carla_gym.sim.scenarios import resolve_scenario
 
 DEFAULT_MAX_SESSIONS = 64
@@ -48,15 +49,19 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
 
     Raises:
         ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
+        carla_gym.hints.MissingExtraError: Without the ``[server]`` extra (names its install command).
     """
     check_options(scenario_name, max_sessions, session_timeout)
-    from fastapi.responses import JSONResponse  # heavy imports (openenv-core, gradio): after the checks
-    from openenv.core.env_server.http_server import create_app
-    from openenv.core.env_server.types import ConcurrencyConfig
+    from carla_gym.hints import needs_extra
 
-    from carla_gym.openenv.environment import CarlaEnvironment
-    from carla_gym.openenv.guard import Guard
-    from carla_gym.openenv.models import CarlaAction, CarlaObservation
+    with needs_extra("server"):  # heavy imports (openenv-core, gradio): after the checks
+        from fastapi.responses import JSONResponse
+        from openenv.core.env_server.http_server import create_app
+        from openenv.core.env_server.types import ConcurrencyConfig
+
+        from carla_gym.openenv.environment import CarlaEnvironment
+        from carla_gym.openenv.guard import Guard
+        from carla_gym.openenv.models import CarlaAction, CarlaObservation
 
     factory = functools.partial(CarlaEnvironment, scenario_name=scenario_name)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
@@ -73,7 +78,7 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
 def main(argv: list[str] | None = None) -> None:
     """Command line: parse the options and run uvicorn until interrupted."""
     parser = argparse.ArgumentParser(prog="carla-gym serve", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 serves every interface")
     parser.add_argument("--port", type=int, default=8000, help="TCP port")
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,

@@ -47,7 +47,8 @@ class Args:
     preprocess: str = arg("openclip", "openclip or vlm_rl")
     device: str = arg("cpu", "torch device")
     batch_size: int = arg(64, "frames per forward pass")
-    frame_size: int = arg(224, "reward camera size [px]")
+    frame_size: int = arg(0, "reward camera size [px]; 0: the size the preprocessing expects (openclip 224, "
+                             "vlm_rl 517, VLM-RL's camera)")
     scenarios: list[str] = arg(DEFAULT_SCENARIOS, "scenarios")
     policies: list[str] = arg(list(POLICIES), "first tools")
     speeds: list[float] = arg([40.0, 50.0, 60.0, 70.0], "initial speeds [km/h], one episode each")
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> Args:
         parser.error(f"--speeds {args.speeds}: each must be in [0, 120] km/h")
     if not 1 <= args.ticks_per_action <= 100:
         parser.error(f"--ticks-per-action {args.ticks_per_action}: must be in [1, 100]")
-    from carla_gym.reward.encoder import PREPROCESS_MODES
+    from carla_gym.reward.encoder import FRAME_SIZES, PREPROCESS_MODES
     from carla_gym.reward.prompts import PROMPT_PRESETS
     from carla_gym.suites import resolve_scenarios
 
@@ -75,6 +76,8 @@ def parse_args(argv: list[str] | None = None) -> Args:
         parser.error(f"--preprocess {args.preprocess!r}: choose one of {list(PREPROCESS_MODES)}")
     if not 1 <= args.batch_size <= 4096:
         parser.error(f"--batch-size {args.batch_size}: must be in [1, 4096]")
+    if args.frame_size == 0:
+        args.frame_size = FRAME_SIZES[args.preprocess]
     if not 16 <= args.frame_size <= 1024:
         parser.error(f"--frame-size {args.frame_size}: must be in [16, 1024] px")
     try:

@@ -16,13 +16,22 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from carla_gym.sim.render import TOPDOWN_SIZE
+
 if TYPE_CHECKING:
     import torch
 
 PREPROCESS_MODES = ("openclip", "vlm_rl")
-"""``"openclip"``: the model's own eval transform (resize the shortest side, centre crop,
-normalise); ``"vlm_rl"``: VLM-RL's path (keep the right half of the frame, squash-resize to the
-model's input size with bicubic interpolation, normalise)."""
+"""``"openclip"``: the model's own eval transform (resize the shortest side with antialiasing,
+centre crop, normalise); ``"vlm_rl"``: VLM-RL's path exactly (``clip/transform.py`` with
+torchvision 0.14 on tensors): keep the right half of the frame (columns W // 2 .. W - 1: 259 of
+VLM-RL's 517), divide by 255, squash-resize to the model's input size with bicubic interpolation
+(a = -0.75, no antialiasing, no clamping), normalise with OpenAI CLIP's mean and std."""
+FRAME_SIZES = {"openclip": 224, "vlm_rl": TOPDOWN_SIZE}
+"""Reward-camera size [px] each preprocessing expects: ``"vlm_rl"`` VLM-RL's 517x517 camera
+(`carla_gym.sim.render.TOPDOWN_SIZE`), ``"openclip"`` CLIP's 224 input (no resampling). Other
+sizes work with either mode (e.g. 224 with ``"vlm_rl"`` is cheaper to render, but stretches the
+right half 2x across instead of squashing it as VLM-RL does)."""
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 """Inference precision: ``"auto"`` is fp16 autocast on CUDA and fp32 elsewhere (VLM-RL's choice)."""
 FAITHFUL_MODEL = ("ViT-bigG-14", "laion2b_s39b_b160k")
@@ -93,13 +102,17 @@ class OpenClipEncoder:
         FileNotFoundError: ``pretrained`` looks like a path and no such file exists.
         RuntimeError: The weights of a pretrained tag are not on this machine and cannot be
             downloaded (the message says how to get them).
+        carla_gym.hints.MissingExtraError: Without the ``[clip]`` extra (names its install command).
     """
 
     def __init__(self, model_name: str = DEFAULT_MODEL, pretrained: str | os.PathLike | None = None,
                  device: str = "cpu", precision: str = "auto", preprocess: str = "openclip", batch_size: int = 64,
                  cache_dir: str | None = None, preprocess_from: str | None = None, seed: int = 0) -> None:
-        import open_clip
-        import torch
+        from carla_gym.hints import needs_extra
+
+        with needs_extra("clip"):
+            import open_clip
+            import torch
 
         models = open_clip.list_models()
         if model_name not in models:
@@ -211,10 +224,11 @@ class OpenClipEncoder:
         x = torch.from_numpy(np.ascontiguousarray(as_nchw(images))).to(self.device).float().div_(255.0)
         mode = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR}.get(
             self.interpolation, InterpolationMode.BICUBIC)
-        if self.preprocess == "vlm_rl":
+        if self.preprocess == "vlm_rl":  # VLM-RL: torchvision 0.14 resizes tensors without antialiasing
             x = x[:, :, :, x.shape[3] // 2:]  # the right half of the frame
-            x = F.resize(x, list(self.image_size), interpolation=mode, antialias=True)
-        elif self.resize_mode == "squash":
+            x = F.resize(x, list(self.image_size), interpolation=InterpolationMode.BICUBIC, antialias=False)
+            return (x - self._mean) / self._std  # float input: torchvision does not clamp the overshoot
+        if self.resize_mode == "squash":
             x = F.resize(x, list(self.image_size), interpolation=mode, antialias=True)
         else:  # "shortest" (CLIP's default) or "longest": scale, then centre crop or pad to the input size
             h, w = x.shape[2:]

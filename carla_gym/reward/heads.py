@@ -23,6 +23,8 @@ TARGET_SPEED_KMH = 25.0
 """Synthesis target speed [km/h] (VLM-RL ``reward_fn_5_default.target_speed``)."""
 CENTER_SCALE_M = 3.0
 """Distance from the lane centre [m] at which the centring factor reaches 0 (VLM-RL ``max_distance``)."""
+LORD_SPEED_TARGET_KMH = 20.0
+"""Speed [km/h] at which LORD-Speed's speed term is 1 (VLM-RL LORD-Speed, its ``min_speed``)."""
 ANGLE_SCALE_RAD = math.pi / 2
 """Heading error [rad] at which the angle factor reaches 0 (VLM-RL: 90 deg)."""
 STABILITY_SCALE_M = 0.4
@@ -31,7 +33,7 @@ STABILITY_WINDOW_S = 2.0
 """Time span [s] of the recent lane-centre distances in the stability factor (VLM-RL: the last 30
 steps at 15 Hz)."""
 
-HEADS = ("clg", "lord", "vlm_rm", "vlm_sr", "roboclip")
+HEADS = ("clg", "lord", "lord_speed", "vlm_rm", "vlm_sr", "roboclip")
 """Scoring heads: VLM-RL's contrasting language goal and the baselines of its paper."""
 
 
@@ -69,6 +71,25 @@ def lord(sim_neg) -> np.ndarray:
     return 1.0 - np.asarray(sim_neg, dtype=np.float64)
 
 
+def lord_speed(sim_neg, speed_kmh, target_kmh: float = LORD_SPEED_TARGET_KMH) -> np.ndarray:
+    """LORD-Speed: (1 - sim_neg) + (1 - |v - 20| / 20), v in km/h (VLM-RL's LORD-Speed baseline).
+
+    Args:
+        sim_neg: Cosine similarities to the negative goal, shape (N,).
+        speed_kmh: Ego speeds v [km/h], shape (N,).
+        target_kmh: Speed [km/h] of the full speed term, > 0.
+
+    Returns:
+        float64 array of shape (N,).
+
+    Example:
+        >>> lord_speed([0.25, 0.25], [20.0, 30.0]).tolist()  # 0.75 + 1 and 0.75 + 0.5
+        [1.75, 1.25]
+    """
+    v = np.asarray(speed_kmh, dtype=np.float64)
+    return lord(sim_neg) + (1.0 - np.abs(v - target_kmh) / target_kmh)
+
+
 def vlm_rm(image_embeddings, target, baseline, alpha: float = VLM_RM_ALPHA) -> np.ndarray:
     """VLM-RM: 1 - ||(x - t) P||^2 / 2 with P = alpha d d^T / ||d||^2 + (1 - alpha) I, d = t - b.
 
@@ -101,12 +122,25 @@ def roboclip(sim_target) -> np.ndarray:
 
 
 def centering_factor(lane_offset) -> np.ndarray:
-    """max(1 - |d| / 3 m, 0) for distances d [m] from the lane centre."""
+    """max(1 - |d| / 3 m, 0) for distances d [m] from the lane centre.
+
+    d is ``info["lane_offset"]``: the distance from the centre of the nearest road lane
+    (`carla_gym.sim.road.Road.nearest_lane`), so the factor falls to 0 once the car is 3 m from it,
+    e.g. off the road (VLM-RL measures d against the route it should follow).
+
+    Example:
+        >>> centering_factor([0.0, -1.5, -3.475]).tolist()
+        [1.0, 0.5, 0.0]
+    """
     return np.maximum(1.0 - np.abs(np.asarray(lane_offset, dtype=np.float64)) / CENTER_SCALE_M, 0.0)
 
 
 def angle_factor(yaw) -> np.ndarray:
-    """max(1 - |yaw| / (pi/2), 0) for heading errors [rad] relative to the road."""
+    """max(1 - |yaw| / (pi/2), 0) for heading errors [rad] relative to the road.
+
+    The road is straight, so every lane (the route VLM-RL measures against) has the road's heading:
+    the factor needs no lane reference and is the same on and off the road.
+    """
     return np.maximum(1.0 - np.abs(np.asarray(yaw, dtype=np.float64)) / ANGLE_SCALE_RAD, 0.0)
 
 

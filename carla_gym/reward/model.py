@@ -10,8 +10,14 @@ from carla_gym.reward import heads as H
 from carla_gym.reward.encoder import Encoder
 from carla_gym.reward.prompts import Prompts, resolve_prompts
 
-_ROLES = {"clg": ("pos", "neg"), "lord": ("neg",), "vlm_rm": ("target", "baseline"), "vlm_sr": ("target",),
-          "roboclip": ("target",)}
+_ROLES = {
+    "clg": ("pos", "neg"),
+    "lord": ("neg",),
+    "lord_speed": ("neg",),
+    "vlm_rm": ("target", "baseline"),
+    "vlm_sr": ("target",),
+    "roboclip": ("target",),
+}
 
 
 @dataclasses.dataclass
@@ -59,24 +65,34 @@ class CLIPRewardModel:
         texts = [getattr(self.prompts, role) for role in self.roles]
         self.text_embeddings = np.asarray(encoder.encode_text(texts), dtype=np.float64)  # computed once
 
-    def score(self, images) -> Scores:
+    def score(self, images, speed_kmh=None) -> Scores:
         """Score a batch of frames.
 
         Args:
             images: uint8 frames (N, H, W, 3) or (N, 3, H, W).
+            speed_kmh: Ego speeds [km/h] at the frames, shape (N,); needed by ``"lord_speed"``
+                only (the shaping wrappers always pass ``info["speed_kmh"]``).
 
         Returns:
             `Scores` with N rewards and similarities.
 
         Raises:
             TypeError, ValueError: Frames of the wrong dtype or shape.
+            ValueError: ``"lord_speed"`` without N speeds.
         """
+        if self.head == "lord_speed":
+            n = len(images) if np.ndim(images) == 4 else 1
+            if speed_kmh is None or np.shape(speed_kmh) != (n,):
+                raise ValueError(f"head='lord_speed' needs speed_kmh with one speed [km/h] per frame ({n}), got "
+                                 f"{speed_kmh!r}")
         x = np.asarray(self.encoder.encode_images(images), dtype=np.float64)
         sims = {role: x @ t for role, t in zip(self.roles, self.text_embeddings, strict=True)}
         if self.head == "clg":
             reward = H.clg(sims["pos"], sims["neg"], *self.clg_window)
         elif self.head == "lord":
             reward = H.lord(sims["neg"])
+        elif self.head == "lord_speed":
+            reward = H.lord_speed(sims["neg"], speed_kmh)
         elif self.head == "vlm_rm":
             reward = H.vlm_rm(x, self.text_embeddings[0], self.text_embeddings[1], self.alpha)
         elif self.head == "vlm_sr":

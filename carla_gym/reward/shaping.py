@@ -6,7 +6,9 @@ envs, scores them in one call of the reward model, and replaces the env reward w
 reward (``mode="replace"``, VLM-RL) or adds ``weight`` times it (``mode="add"``). With
 ``synthesis=True`` the CLIP reward is VLM-RL's hierarchical reward (`heads.synthesis`: the CLG
 score sets the desired speed, times the centring, angle and stability factors; a negative env
-reward is kept in replace mode; the stability factor covers the last 2 s of simulated time). The
+reward is kept in replace mode; the stability factor covers the last 2 s of simulated time; the
+centring and stability factors use ``info["lane_offset"]``, the distance from the nearest road
+lane's centre, so they fall off the road). The ``"lord_speed"`` head gets ``info["speed_kmh"]``. The
 frame is removed from ``info`` (it is large); ``info`` gains:
 
 | Key | Meaning |
@@ -98,7 +100,7 @@ class RewardShaper:
             raise KeyError("info has no 'reward_frame': create the env with reward_frame_size=224 (or another "
                            "size) so that it renders the top-down reward camera") from None
         env_rewards = np.asarray(env_rewards, dtype=np.float64)
-        scores = self.model.score(frames)
+        scores = self.model.score(frames, speed_kmh=np.array([info["speed_kmh"] for info in infos]))
         clip_reward = scores.reward
         if self.synthesis:
             for offsets, info in zip(self._offsets, infos, strict=True):

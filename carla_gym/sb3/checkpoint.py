@@ -1,15 +1,22 @@
-"""Checkpoints that resume exactly: model, replay buffer, random states and (in-process) env states.
+"""Checkpoints that resume exactly where the envs live in this process, and statistically elsewhere.
 
 A checkpoint is a folder ``checkpoints/step_<N>/`` written at the start of a rollout (after the
 previous update), so nothing is half-done: ``model.zip`` (SB3, including the last observations
-and the episode-info buffer), ``replay_buffer.pkl`` (SAC), and ``state.pkl``: the torch, numpy
-and Python random states, the action space's random state and, for a ``DummyVecEnv``, the
-pickled environments (simulators mid-episode included). Resuming from it with the same
-settings continues exactly as the uninterrupted run would have (same actions, same updates).
-With a ``SubprocVecEnv`` the environments cannot be captured: the resumed run resets them, so it
-continues statistically, not bit-for-bit. The folder is written under a temporary name and
-renamed, and ``checkpoints/latest`` names the newest complete one, so a crash never leaves a
-half-written checkpoint behind.
+and the episode-info buffer), ``replay_buffer.npz`` (SAC: only the filled part of the buffer,
+`carla_gym.sb3.replay`) and ``state.pkl``: the torch, numpy and Python random states, the action
+space's random state and, for a ``DummyVecEnv`` of embedded-simulator envs, the pickled
+environments (simulators mid-episode included). Resuming from it with the same settings
+continues exactly as the uninterrupted run would have (same actions, same updates).
+
+Environments that do not live in this process cannot be captured: with a ``SubprocVecEnv``
+(other processes) or the ``openenv`` backend (the episode is a server-side session) the resumed
+run resets every env (new sessions, seeds drawn from the run's seed and step count), so it
+continues statistically equivalently, not bit-identically; `resume` says why.
+
+Only the newest ``keep`` checkpoints are kept, and only the newest holds the replay buffer (the
+older ones keep the model, for evaluation). The folder is written under a temporary name and
+renamed, ``checkpoints/latest`` names the newest complete one, and older ones are removed only
+after that, so a crash never leaves a half-written or missing checkpoint behind.
 """
 
 from __future__ import annotations
@@ -25,19 +32,44 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
+from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.io import write_text_atomic
+from carla_gym.sb3.replay import load_filled, save_filled
+
+REPLAY_FILE = "replay_buffer.npz"
+"""The replay buffer's file in a checkpoint folder (the newest checkpoint only)."""
+DEFAULT_KEEP = 2
+"""Checkpoints kept by default (``train_sb3.py --keep-checkpoints``): the newest and one before it."""
 
 
-def _dummy(venv: VecEnv) -> DummyVecEnv | None:
-    base = venv.unwrapped  # below every VecEnvWrapper
-    return base if isinstance(base, DummyVecEnv) else None
+def envs_reset_reason(venv: VecEnv) -> str | None:
+    """Why the envs of ``venv`` cannot be checkpointed (None: they can, exactly).
 
-
-def save_checkpoint(model, folder: Path, extra: dict | None = None) -> Path:
-    """Write a checkpoint of ``model`` (and its env) into ``folder/step_<N>``; returns that path.
-
-    ``extra``: more picklable state of the caller (e.g. elapsed wall time, shaping state).
+    Only envs in this process (a ``DummyVecEnv``) whose simulator is the embedded one pickle with
+    their episode state; a subprocess or a remote OpenEnv session cannot travel in a pickle.
     """
+    base = venv.unwrapped  # below every VecEnvWrapper
+    if not isinstance(base, DummyVecEnv):
+        return f"environments restart ({type(base).__name__} envs live in other processes)"
+    if not all(isinstance(getattr(env.unwrapped, "backend", None), EmbeddedBackend) for env in base.envs):
+        return "environments restart with new sessions (remote OpenEnv episodes cannot be saved)"
+    return None
+
+
+def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = DEFAULT_KEEP) -> Path:
+    """Write a checkpoint of ``model`` (and its envs) into ``folder/step_<N>``; returns that path.
+
+    Args:
+        model: An SB3 PPO or SAC model with its env.
+        folder: The run's ``checkpoints`` folder.
+        extra: More picklable state of the caller (e.g. elapsed wall time, shaping state).
+        keep: Checkpoints to keep (>= 1), see `prune`.
+
+    Raises:
+        ValueError: ``keep`` < 1 (nothing is written).
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep!r}: must be >= 1 (the newest checkpoint is needed to resume)")
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step_{model.num_timesteps}"
     tmp = folder / f".tmp_step_{model.num_timesteps}"
@@ -45,12 +77,14 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None) -> Path:
     tmp.mkdir()
     model.save(tmp / "model.zip")
     if getattr(model, "replay_buffer", None) is not None:
-        model.save_replay_buffer(tmp / "replay_buffer.pkl")
-    dummy = _dummy(model.get_env())
+        save_filled(model.replay_buffer, tmp / REPLAY_FILE)
+    venv = model.get_env()
+    reason = envs_reset_reason(venv)
     state = {
         "torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
         "action_space": model.action_space.np_random.bit_generator.state if model.action_space.np_random else None,
-        "envs": pickle.dumps(dummy.envs) if dummy is not None else None,
+        "envs": pickle.dumps(venv.unwrapped.envs) if reason is None else None,
+        "envs_reset_reason": reason,
         "num_timesteps": model.num_timesteps,
         "extra": extra or {},
     }
@@ -59,7 +93,34 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None) -> Path:
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     write_text_atomic(folder / "latest", final.name)
+    prune(folder, keep)
     return final
+
+
+def _step(path: Path) -> int | None:
+    number = path.name.removeprefix("step_")
+    return int(number) if path.name.startswith("step_") and number.isdigit() else None
+
+
+def prune(folder: Path, keep: int) -> None:
+    """Keep the checkpoint ``latest`` names and the ``keep - 1`` before it; only ``latest`` keeps its replay buffer.
+
+    Also removes leftovers of a crash: temporary folders and checkpoints newer than ``latest``
+    (written by a run that crashed before naming them, and replaced when the resumed run gets there).
+    """
+    latest = latest_checkpoint(folder)
+    if latest is None:
+        return
+    newest = _step(latest)
+    for tmp in folder.glob(".tmp_step_*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    older = sorted((p for p in folder.glob("step_*") if _step(p) is not None and _step(p) < newest), key=_step)
+    kept = older[max(len(older) - (keep - 1), 0):]
+    for path in folder.glob("step_*"):
+        if path != latest and path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
+    for path in kept:
+        (path / REPLAY_FILE).unlink(missing_ok=True)
 
 
 def latest_checkpoint(folder: Path) -> Path | None:
@@ -72,27 +133,59 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return path if (path / "state.pkl").is_file() else None
 
 
-def restore_state(model, checkpoint: Path) -> tuple[bool, dict]:
-    """Restore random states and (for a DummyVecEnv) the environments.
+def restore_state(model, checkpoint: Path) -> tuple[str | None, dict]:
+    """Restore the random states and the envs: exactly where they were saved, else by resetting them.
 
     Returns:
-        Whether the environments were restored, and the ``extra`` state saved with the checkpoint.
+        Why the envs were reset (None: restored exactly), and the ``extra`` state saved with the
+        checkpoint.
     """
     with open(checkpoint / "state.pkl", "rb") as f:
         state = pickle.load(f)  # noqa: S301 - this run's own file
-    restored = False
-    dummy = _dummy(model.get_env())
-    if dummy is not None and state["envs"] is not None:
+    venv = model.get_env()
+    reason = envs_reset_reason(venv) or state.get("envs_reset_reason")
+    if reason is None:
         envs = pickle.loads(state["envs"])  # noqa: S301
-        if len(envs) == len(dummy.envs):
-            dummy.envs = envs
-            restored = True
+        if len(envs) != venv.num_envs:
+            raise ValueError(f"{checkpoint}: {len(envs)} envs saved, {venv.num_envs} given")
+        venv.unwrapped.envs = envs
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
     if state["action_space"] is not None and model.action_space.np_random is not None:
         model.action_space.np_random.bit_generator.state = state["action_space"]
-    return restored, state.get("extra", {})
+    if reason is not None:  # new episodes, with seeds this run has not used at its start
+        venv.seed((model.seed or 0) + model.num_timesteps)
+        model._last_obs = venv.reset()
+        model._last_episode_starts = np.ones(venv.num_envs, dtype=bool)
+    return reason, state.get("extra", {})
+
+
+def resume(algo_cls, checkpoint: Path, venv: VecEnv, tensorboard_log: str | None = None):
+    """Load a checkpoint into a model on ``venv`` (built with the run's settings) ready to continue.
+
+    Restores the model, the replay buffer (SAC), the random states, the envs (see
+    `restore_state`) and, when they were restored exactly, the CLIP shaping state (``extra["shaper"]``
+    on a ``venv`` with a ``shaper``).
+
+    Returns:
+        ``(model, notes, extra)``: the model, why the resumed run is not bit-identical (empty:
+        it is), and the ``extra`` state saved with the checkpoint.
+
+    Raises:
+        ValueError: The checkpoint does not fit ``venv`` (number of envs, replay buffer shapes).
+    """
+    model = algo_cls.load(checkpoint / "model.zip", env=venv, device="cpu", force_reset=False)
+    model.tensorboard_log = tensorboard_log
+    if getattr(model, "replay_buffer", None) is not None and (checkpoint / REPLAY_FILE).is_file():
+        load_filled(model.replay_buffer, checkpoint / REPLAY_FILE)
+    reason, extra = restore_state(model, checkpoint)
+    notes = [] if reason is None else [reason]
+    if reason is None and "shaper" in extra and hasattr(venv, "shaper"):
+        venv.shaper.set_state(extra["shaper"])
+    if getattr(model, "use_sde", False):
+        notes.append("gSDE noise is redrawn")
+    return model, notes, extra
 
 
 class CheckpointEvery(BaseCallback):
@@ -108,11 +201,12 @@ class CheckpointEvery(BaseCallback):
         folder: The run's ``checkpoints`` folder.
         every: Env steps between checkpoints (> 0).
         extra: Called at each save; returns more state to store (see `save_checkpoint`).
+        keep: Checkpoints kept (>= 1, see `prune`).
     """
 
-    def __init__(self, folder: Path, every: int, extra=None) -> None:
+    def __init__(self, folder: Path, every: int, extra=None, keep: int = DEFAULT_KEEP) -> None:
         super().__init__()
-        self.folder, self.every, self.extra = folder, every, extra or dict
+        self.folder, self.every, self.extra, self.keep = folder, every, extra or dict, keep
         self._next = None
         self.stop_requested = False
         self.interrupted = False
@@ -126,6 +220,9 @@ class CheckpointEvery(BaseCallback):
         print("\nCtrl-C: finishing the current rollout, then saving a checkpoint (Ctrl-C again aborts without "
               "saving)", flush=True)
 
+    def _save(self) -> None:
+        save_checkpoint(self.model, self.folder, self.extra(), self.keep)
+
     def _on_training_start(self) -> None:
         import signal
         import threading
@@ -136,10 +233,10 @@ class CheckpointEvery(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         if self.stop_requested:
-            save_checkpoint(self.model, self.folder, self.extra())
+            self._save()
             self.interrupted = True
         elif self.num_timesteps >= self._next:
-            save_checkpoint(self.model, self.folder, self.extra())
+            self._save()
             self._next = (self.num_timesteps // self.every + 1) * self.every
 
     def _on_step(self) -> bool:
@@ -152,4 +249,4 @@ class CheckpointEvery(BaseCallback):
             signal.signal(signal.SIGINT, self._previous_handler)
             self._previous_handler = None
         if not self.interrupted:
-            save_checkpoint(self.model, self.folder, self.extra())
+            self._save()

@@ -68,3 +68,92 @@ def replay_buffer_bytes(buffer_size: int, observation_nbytes: int, action_nbytes
         1.98
     """
     return buffer_size * (2 * observation_nbytes + action_nbytes + 4 * 3)
+
+
+SB3_DEFAULTS = {("ppo", "n_steps"): 2048, ("sac", "train_freq"): 1}
+"""stable-baselines3's defaults of the settings that set the rollout length (``PPO``/``SAC`` signatures)."""
+
+
+def rollout_steps(algo: str, n_envs: int, hyper: dict) -> int | None:
+    """Env steps per rollout: SB3 trains in whole rollouts, so a run's length is a multiple of this.
+
+    PPO collects ``n_steps`` steps of every env per update; SAC ``train_freq`` steps of every env
+    (None when ``train_freq`` counts episodes, whose length varies).
+
+    Example:
+        >>> rollout_steps("ppo", 4, {"n_steps": 128}), rollout_steps("sac", 2, {"train_freq": 4})
+        (512, 8)
+        >>> rollout_steps("sac", 2, {"train_freq": (1, "episode")}) is None
+        True
+    """
+    if algo == "ppo":
+        return hyper.get("n_steps", SB3_DEFAULTS[("ppo", "n_steps")]) * n_envs
+    freq = hyper.get("train_freq", SB3_DEFAULTS[("sac", "train_freq")])
+    if isinstance(freq, tuple | list):
+        count, unit = freq
+        return count * n_envs if unit == "step" else None
+    return freq * n_envs
+
+
+def trained_timesteps(total: int, unit: int | None) -> int:
+    """The env steps SB3 trains when asked for ``total``: ``total`` rounded up to whole rollouts of ``unit``.
+
+    Example:
+        >>> trained_timesteps(256, 512), trained_timesteps(1024, 512), trained_timesteps(300, None)
+        (512, 1024, 300)
+    """
+    return total if unit is None else -(-total // unit) * unit
+
+
+def encode_hyperparameters(hyper: dict) -> dict:
+    """JSON-ready hyperparameters with their types kept (config.json); `decode_hyperparameters` inverts it.
+
+    int, float, bool, None, str, lists and dicts stay as they are; a tuple becomes
+    ``{"__tuple__": [...]}`` and a `QuadraticSchedule` ``{"__quadratic_schedule__": [init, end]}``.
+
+    Raises:
+        ValueError: A value of another type (named, with its hyperparameter), e.g. a set.
+
+    Example:
+        >>> encode_hyperparameters({"n_steps": 128, "train_freq": (1, "episode")})
+        {'n_steps': 128, 'train_freq': {'__tuple__': [1, 'episode']}}
+        >>> encode_hyperparameters({"learning_rate": QuadraticSchedule(1e-4, 1e-6)})
+        {'learning_rate': {'__quadratic_schedule__': [0.0001, 1e-06]}}
+    """
+    def encode(name: str, value):
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        if isinstance(value, QuadraticSchedule):
+            return {"__quadratic_schedule__": [value.init, value.end]}
+        if isinstance(value, tuple):
+            return {"__tuple__": [encode(name, v) for v in value]}
+        if isinstance(value, list):
+            return [encode(name, v) for v in value]
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return {k: encode(name, v) for k, v in value.items()}
+        raise ValueError(f"{name}={value!r}: cannot be stored in config.json (valid: numbers, strings, booleans, "
+                         "None, and lists, tuples or string-keyed dicts of them)")
+
+    return {name: encode(name, value) for name, value in hyper.items()}
+
+
+def decode_hyperparameters(data: dict) -> dict:
+    """The hyperparameters `encode_hyperparameters` stored.
+
+    Example:
+        >>> hyper = hyperparameters("vlm-rl", "sac")
+        >>> decode_hyperparameters(encode_hyperparameters(hyper)) == hyper
+        True
+    """
+    def decode(value):
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        if isinstance(value, dict):
+            if set(value) == {"__tuple__"}:
+                return tuple(decode(v) for v in value["__tuple__"])
+            if set(value) == {"__quadratic_schedule__"}:
+                return QuadraticSchedule(*value["__quadratic_schedule__"])
+            return {k: decode(v) for k, v in value.items()}
+        return value
+
+    return {name: decode(value) for name, value in data.items()}

@@ -6,7 +6,7 @@ position is expressed in the ego frame at the start and at the end of the tick; 
 then moves along a segment relative to a fixed box, and it is hit when that segment passes
 within the walker radius of the box. The test is exact for translation and linearises the
 rotation within a tick (at most about 4 degrees: the grip limit caps the yaw rate at
-MAX_LATERAL_ACCELERATION / speed).
+MAX_GRIP_ACCELERATION / speed).
 """
 
 from __future__ import annotations

@@ -16,8 +16,22 @@ KMH_PER_MS = 3.6
 MAX_ACCELERATION = 3.0
 """Acceleration at full throttle [m/s^2]. Upstream mock constant (``a = 3.0 * throttle``)."""
 
-MAX_DECELERATION = 8.0
-"""Deceleration at full brake [m/s^2]. Upstream mock constant (``a = -8.0 * brake``)."""
+STANDARD_GRAVITY = 9.80665
+"""Standard gravity g [m/s^2] (CGPM 1901 conventional value)."""
+
+MAX_GRIP_ACCELERATION = 8.0
+"""Tyre grip limit [m/s^2]: radius of the one friction circle that bounds the centre's whole
+acceleration, braking, cornering and both combined. Upstream mock constant: full brake
+decelerates at 8 m/s^2 (``a = -8.0 * brake``), read here as braking at the grip limit (as an
+ABS car does), so braking distances keep upstream parity (v^2 / 16 metres)."""
+
+FRICTION_COEFFICIENT = MAX_GRIP_ACCELERATION / STANDARD_GRAVITY
+"""Tyre-road friction coefficient mu = 8 / 9.80665 = 0.816 (derived from upstream's 8 m/s^2
+full brake; dry asphalt is about 0.7 to 0.9). Documentation only: the code uses
+`MAX_GRIP_ACCELERATION` = mu g."""
+
+MAX_DECELERATION = MAX_GRIP_ACCELERATION
+"""Deceleration at full brake [m/s^2]: all the grip (upstream mock ``a = -8.0 * brake``)."""
 
 MAX_SPEED = 200.0 / KMH_PER_MS
 """Speed cap [m/s] (200 km/h, the upper bound of upstream ``CarlaAction.target_speed_kmh``)."""
@@ -49,24 +63,30 @@ LANE_WIDTH = 3.5
 NEARBY_RADIUS = 50.0
 """Radius [m] within which actors appear in ``nearby_actors``. Upstream real mode."""
 
-LANE_CHANGE_DURATION = 1.5
-"""Duration [s] of a ``lane_change`` at constant speed (minimum-jerk profile along the road).
+LANE_CHANGE_GRIP_SHARE = 0.9
+"""Share of `MAX_GRIP_ACCELERATION` a planned lane-change path may use at its peak lateral
+acceleration; the rest is left for the tracking controller's corrections (own choice)."""
 
-1.5 s keeps the peak lateral acceleration of a 3.5 m change near 9 m/s^2, an emergency swerve.
-"""
+MIN_JERK_PEAK = 10.0 / math.sqrt(3.0)
+"""Peak of the second derivative of the minimum-jerk step 10 t^3 - 15 t^4 + 6 t^5 (5.77, at
+t = 0.21 and 0.79): a change of dy [m] over T [s] peaks at 5.77 dy / T^2 [m/s^2]."""
+
+LANE_CHANGE_DURATION = math.sqrt(MIN_JERK_PEAK * LANE_WIDTH / (LANE_CHANGE_GRIP_SHARE * MAX_GRIP_ACCELERATION))
+"""Duration [s] of a one-lane ``lane_change`` at constant speed (minimum-jerk profile along the
+road): the quickest 3.5 m change whose peak lateral acceleration uses `LANE_CHANGE_GRIP_SHARE`
+of the grip, sqrt(5.77 * 3.5 / 7.2) = 1.67 s, an emergency swerve."""
 
 LANE_CHANGE_MIN_LENGTH = 15.0
 """Shortest ``lane_change`` path along the road [m] (slow cars): peak heading about 24 deg."""
 
 LATERAL_GAIN = 0.4
-"""Heading correction per metre of lateral error [1/m] of the path-tracking controller."""
+"""Course correction per metre of lateral error [1/m] of the path-tracking controller (own
+choice). Per tick the error shrinks by the factor 1 - LATERAL_GAIN * speed * DT, which stays
+within (-1, 1) up to `MAX_SPEED` (-0.11 at 200 km/h), so the discrete loop is stable."""
 
 MAX_PATH_HEADING = 0.5
-"""Largest heading off the road direction [rad] the path-tracking controller asks for (29 deg)."""
-
-MAX_LATERAL_ACCELERATION = 9.81
-"""Tyre grip limit [m/s^2] (friction coefficient 1.0): the front-wheel angle is capped so that
-v^2 tan(delta) / L stays below it, as no car can steer harder at speed."""
+"""Largest course (direction of travel) off the road direction [rad] the path-tracking
+controller asks for (29 deg; own choice)."""
 
 CRUISE_GAIN = 0.05
 """``maintain_speed`` throttle/brake per km/h of speed error. Upstream real mode (0.05)."""

@@ -16,10 +16,13 @@ Lateral "tracking" is the default: the car follows a reference path y_ref(x) on 
 is its lane centre (lane keeping) until a ``lane_change`` replaces it with a minimum-jerk path
 from the current position to the adjacent lane centre (over `LANE_CHANGE_DURATION` seconds at
 the current speed, at least `LANE_CHANGE_MIN_LENGTH` metres), after which it keeps the new
-lane. The tracking controller is closed loop: each tick it steers towards the path's heading
-plus a correction of the lateral error (`LATERAL_GAIN` per metre), never more than
-`MAX_PATH_HEADING` off the road direction. A car that brakes during a lane change stays on the
-same curve and stops part-way.
+lane. The tracking controller is closed loop: each tick it steers so that the car's course (its
+direction of travel, yaw + slip) at the end of the tick is the path's heading one tick ahead plus
+a correction of the lateral error (`LATERAL_GAIN` per metre), never more than
+`MAX_PATH_HEADING` off the road direction; it steers the course rather than the yaw because the
+centre travels along the course (at low speed the slip is large). A car that brakes during a
+lane change stays on the same curve and stops part-way; one friction circle shares the grip
+between the brakes and the curve (see `kinematics`).
 
 ``maintain_speed`` uses upstream's cruise gains; inside the dead band it coasts (which holds
 the speed, there is no drag), and a target within the dead band of 0 km/h brakes to a stop.
@@ -31,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 from carla_gym.sim import constants as C
-from carla_gym.sim.kinematics import EgoState, steer_for_yaw_rate, wrap_angle
+from carla_gym.sim.kinematics import EgoState, steer_for_course, wrap_angle
 
 
 @dataclass
@@ -69,18 +72,19 @@ class Controls:
         and heading with no curvature and ends on the lane centre, parallel to the road, with no
         curvature (the minimum-jerk profile when the car starts straight). It spans
         ``max(speed * LANE_CHANGE_DURATION, LANE_CHANGE_MIN_LENGTH, grip length)`` metres,
-        where the grip length keeps the path's peak lateral acceleration below about 90% of
-        `MAX_LATERAL_ACCELERATION` (longer changes at high speed: two lanes at once, or a
-        reversal while still moving sideways); a car that brakes meanwhile stays on the same
-        curve.
+        where the grip length keeps the path's peak lateral acceleration within
+        `LANE_CHANGE_GRIP_SHARE` of `MAX_GRIP_ACCELERATION` (longer than one lane's
+        `LANE_CHANGE_DURATION` for two lanes at once, or a reversal while still moving
+        sideways); a car that brakes meanwhile stays on the same curve.
         """
         self.manual_steer = False
         self.path_x0, self.path_y0, self.path_y1 = x_now, y_now, target_y
         self.path_slope0 = math.tan(min(max(yaw_now, -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING))
-        # Minimum-jerk peak lateral acceleration is 5.77 * dy / T^2 over T = L / v; a car already
+        # Minimum-jerk peak lateral acceleration is MIN_JERK_PEAK * dy / T^2 over T = L / v; a car already
         # moving sideways needs to cover about the drift of its heading over the usual duration too.
         drift = abs(self.path_slope0) * speed * C.LANE_CHANGE_DURATION
-        grip_time = math.sqrt(5.77 * (abs(target_y - y_now) + drift) / (0.9 * C.MAX_LATERAL_ACCELERATION))
+        planned = C.LANE_CHANGE_GRIP_SHARE * C.MAX_GRIP_ACCELERATION
+        grip_time = math.sqrt(C.MIN_JERK_PEAK * (abs(target_y - y_now) + drift) / planned)
         self.path_length = max(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH, speed * grip_time)
 
     def set_pedals(self, throttle: float, brake: float) -> None:
@@ -122,14 +126,14 @@ class Controls:
         return 0.0, 0.0  # in the dead band: coast, which holds the speed (no drag)
 
     def commands(self, ego: EgoState, dt: float = C.DT) -> tuple[float, float, float]:
-        """Throttle, brake and steer to apply during the next tick."""
+        """Throttle, brake and steer to apply during the next tick (see the module docstring)."""
         throttle, brake = self.pedals(ego.speed * C.KMH_PER_MS)
         if self.manual_steer:
             return throttle, brake, self.steer
-        if self.path_length == 0.0 and ego.y == self.path_y1 and ego.yaw == 0.0:
+        if self.path_length == 0.0 and ego.y == self.path_y1 and ego.yaw == 0.0 and ego.beta == 0.0:
             return throttle, brake, 0.0  # on the lane centre, heading along it: nothing to correct
-        y_ref, slope_ref = self.reference(ego.x)
-        slope = slope_ref + C.LATERAL_GAIN * (y_ref - ego.y)
-        yaw_wanted = min(max(math.atan(slope), -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING)
-        yaw_rate = wrap_angle(yaw_wanted - ego.yaw) / dt
-        return throttle, brake, steer_for_yaw_rate(yaw_rate, ego.speed)
+        step = ego.speed * dt  # the course set now holds at the end of the tick, one step ahead
+        y_ref = self.reference(ego.x)[0]
+        slope = self.reference(ego.x + step)[1] + C.LATERAL_GAIN * (y_ref - ego.y)
+        course_wanted = min(max(math.atan(slope), -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING)
+        return throttle, brake, steer_for_course(wrap_angle(course_wanted - ego.yaw), step)

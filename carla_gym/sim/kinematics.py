@@ -1,20 +1,38 @@
-"""Ego motion: a kinematic bicycle model about the vehicle centre.
+"""Ego motion: a kinematic bicycle model about the vehicle centre, bounded by one friction circle.
 
 The model is written once against a small math namespace (`SCALAR` for Python floats,
 `NUMPY` for arrays with a leading batch dimension), so a single `World` and a future
 batched vector env share the same equations.
 
-Per tick of length ``dt`` [s], with throttle t, brake b in [0, 1] and steer s in [-1, 1]:
+The state is the centre's position, the heading (yaw), the speed and the slip angle beta:
+the centre moves with velocity vector V = speed * (cos(yaw + beta), sin(yaw + beta)), so its
+direction of travel (the course) is yaw + beta. Per tick of length ``dt`` [s], with throttle t,
+brake b in [0, 1] and steer s in [-1, 1]:
 
-* acceleration a = MAX_ACCELERATION * t - MAX_DECELERATION * b [m/s^2];
-* speed v' = clip(v + a dt, 0, MAX_SPEED); while braking to a stop the car stops within the
-  tick, and the distance covered is integrated exactly (so a full stop from v takes
-  exactly v^2 / (2 MAX_DECELERATION) metres);
-* front-wheel angle delta = s * EGO_MAX_STEER_ANGLE, capped by tyre grip so that
-  v^2 tan(delta) / L <= MAX_LATERAL_ACCELERATION; slip angle beta = atan(tan(delta) / 2)
-  (centre halfway between the axles);
-* yaw rate = v_mean sin(beta) / (L / 2), position advances by the distance covered along
-  the heading yaw + beta, both evaluated at the mid-tick heading.
+1. The tyres ask for the kinematic (no-slip) motion: acceleration
+   a = MAX_ACCELERATION * t - MAX_DECELERATION * b [m/s^2], speed v' = clip(v + a dt, 0,
+   MAX_SPEED); front-wheel angle delta = s * EGO_MAX_STEER_ANGLE, capped so that steady
+   cornering v^2 tan(delta) / L stays within `MAX_GRIP_ACCELERATION`; slip beta' =
+   atan(tan(delta) / 2) (centre halfway between the axles); yaw change = distance *
+   sin(beta') / (L / 2); so the requested end velocity is v' along yaw + yaw change + beta'.
+2. Friction circle: the velocity change the tyres can deliver in one tick is at most
+   `MAX_GRIP_ACCELERATION` * dt, whatever its direction (braking, cornering, a change of slip,
+   or all at once). A larger request is cut to the same share k < 1 of each part: the speed
+   change, the yaw change and the slip change (the car slides: its course lags the wheels),
+   with k = grip dt / sqrt(dv^2 + v max(v, v') turn^2) for a requested speed change dv and
+   course change ``turn``: the exact change, sqrt(k^2 dv^2 + 4 v (v + k dv) sin^2(k turn / 2)),
+   is at most k times that root, so it lands inside the circle (on its edge but for
+   sin(x) < x). Braking and steering give up the same fraction; a slide neither scrubs nor
+   gains speed beyond the pedals' share, and the slip moves the share k of the way from its
+   old value towards the steering geometry's.
+3. Position advances by the mean of the start and end velocity vectors times dt (exact for the
+   constant acceleration of the tick), so the acceleration measured from consecutive positions
+   is bounded by the same circle. A car that brakes to a stop within the tick stops on its
+   course after exactly v^2 / (2 |a|) metres (so a full stop from v takes v^2 / (2
+   MAX_DECELERATION) metres, as before).
+
+Inside the circle (k = 1) the model is the plain kinematic bicycle, and straight-line closed
+forms (constant speed coasting, v^2 / (2 a) braking distances) hold to the last bit.
 """
 
 from __future__ import annotations
@@ -77,19 +95,29 @@ NUMPY = SimpleNamespace(
 
 @dataclass
 class EgoState:
-    """Ego pose and speed; floats for one world or float64 arrays of shape (N,) for a batch.
+    """Ego pose and motion; floats for one world or float64 arrays of shape (N,) for a batch.
 
     Attributes:
         x: Position along the road [m].
         y: Lateral position, positive to the right [m].
         yaw: Heading, positive turning right [rad].
-        speed: Forward speed [m/s], >= 0.
+        speed: Speed of the centre [m/s], >= 0.
+        beta: Slip angle [rad]: the centre travels along ``yaw + beta`` (the course). It is the
+            steering geometry's atan(tan(delta) / 2) while the tyres grip, and between its
+            previous value and that while they slide; 0 when driving straight.
     """
 
     x: float
     y: float
     yaw: float
     speed: float
+    beta: float = 0.0
+
+    def velocity(self, m=None):
+        """Velocity vector of the centre ``(vx, vy)`` [m/s] (floats or arrays of shape (N,))."""
+        m = m or (NUMPY if isinstance(self.speed, np.ndarray) else SCALAR)
+        course = self.yaw + self.beta
+        return self.speed * m.cos(course), self.speed * m.sin(course)
 
 
 def wrap_angle(angle, m=SCALAR):
@@ -98,7 +126,7 @@ def wrap_angle(angle, m=SCALAR):
 
 
 def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) -> EgoState:
-    """Advance the ego by one tick.
+    """Advance the ego by one tick (the model in this module's docstring).
 
     Args:
         ego: State at the start of the tick (not modified).
@@ -109,36 +137,66 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) 
         m: Math namespace, `SCALAR` for floats or `NUMPY` for arrays.
 
     Returns:
-        The state at the end of the tick.
+        The state at the end of the tick; its velocity differs from the start's by at most
+        `MAX_GRIP_ACCELERATION` * dt.
     """
+    grip = C.MAX_GRIP_ACCELERATION
+    # 1. The kinematic request: speed, distance (exact for a stop within the tick), slip, yaw.
     accel = C.MAX_ACCELERATION * throttle - C.MAX_DECELERATION * brake
     v0 = ego.speed
     v1 = m.clip(v0 + accel * dt, 0.0, C.MAX_SPEED)
-    # Distance covered: exact for constant acceleration, including a stop within the tick.
-    stopping = m.maximum(-accel, 1e-12)
     stops_in_tick = (accel < 0.0) & (v1 <= 0.0) if m is NUMPY else (accel < 0.0 and v1 <= 0.0)
-    distance = m.where(stops_in_tick, v0 * v0 / (2.0 * stopping), 0.5 * (v0 + v1) * dt)
-    grip = C.MAX_LATERAL_ACCELERATION * C.EGO_WHEELBASE / m.maximum(v0 * v0, 1e-9)  # max tan(delta)
+    # Distance at the start speed's share: all of it when the car stops within the tick (v1 = 0).
+    first = m.where(stops_in_tick, v0 * v0 / (2.0 * m.maximum(-accel, 1e-12)), 0.5 * v0 * dt)
+    distance = first + 0.5 * v1 * dt
+    max_tan_delta = grip * C.EGO_WHEELBASE / m.maximum(v0 * v0, 1e-9)  # steady cornering grip
     tan_delta = m.tan(steer * C.EGO_MAX_STEER_ANGLE)
-    beta = m.atan(0.5 * m.clip(tan_delta, -grip, grip))
-    dyaw = distance * m.sin(beta) / (0.5 * C.EGO_WHEELBASE)
-    heading = ego.yaw + 0.5 * dyaw + beta
+    beta1 = m.atan(0.5 * m.clip(tan_delta, -max_tan_delta, max_tan_delta))
+    dyaw = distance * m.sin(beta1) / (0.5 * C.EGO_WHEELBASE)
+    turn = dyaw + beta1 - ego.beta  # course change
+    # 2. The friction circle. |V' - V|^2 = dv^2 + 4 v0 v' sin^2(turn / 2) for a speed change dv to v' and
+    # a course change `turn`; with a share k of both it is at most k^2 (dv^2 + v0 max(v0, v') turn^2).
+    dv = v1 - v0
+    chord = 2.0 * m.sin(0.5 * turn)
+    reach = grip * dt
+    grips = dv * dv + v0 * v1 * chord * chord <= reach * reach  # the whole request is inside the circle
+    bound = m.sqrt(dv * dv + v0 * m.maximum(v0, v1) * turn * turn)  # >= the exact change, so the share is < 1
+    share = m.where(grips, 1.0, reach / m.maximum(bound, 1e-12))
+    speed = v0 + share * dv
+    course0 = ego.yaw + ego.beta
+    course1 = course0 + share * turn
+    # 3. Position: the mean of the start and end velocities (the stop case: exact distance, speed 0).
+    last = 0.5 * speed * dt
     return EgoState(
-        x=ego.x + distance * m.cos(heading),
-        y=ego.y + distance * m.sin(heading),
-        yaw=wrap_angle(ego.yaw + dyaw, m),
-        speed=v1,
+        x=ego.x + first * m.cos(course0) + last * m.cos(course1),
+        y=ego.y + first * m.sin(course0) + last * m.sin(course1),
+        yaw=wrap_angle(ego.yaw + share * dyaw, m),
+        speed=speed,
+        beta=ego.beta + share * (beta1 - ego.beta),
     )
 
 
-def steer_for_yaw_rate(yaw_rate, speed, m=SCALAR):
-    """Steer command in [-1, 1] that yields ``yaw_rate`` [rad/s] at ``speed`` [m/s].
+def steer_for_course(turn, distance, m=SCALAR):
+    """Steer command in [-1, 1] that turns the course by ``turn`` [rad] within one tick.
 
-    Inverts the bicycle model above; returns 0 at standstill, saturates at +-1.
+    Inverts the kinematic request of `step_ego` for a car that covers ``distance`` [m] this
+    tick: the course at the end of the tick is yaw + distance sin(beta) / (L / 2) + beta, so
+    beta solves beta + k sin(beta) = turn with k = distance / (L / 2) (three Newton steps from
+    turn / (1 + k); the left side grows monotonically). Saturates at +-1; at standstill it
+    sets the wheels so that the car sets off along the wanted course.
+
+    Args:
+        turn: Wanted course at the end of the tick minus the current yaw [rad] (floats, or
+            arrays of shape (N,) with ``m=NUMPY``).
+        distance: Distance the car covers this tick [m], >= 0.
+        m: Math namespace, `SCALAR` or `NUMPY`.
+
+    Returns:
+        The steer command, like ``turn``.
     """
-    safe_speed = m.maximum(speed, 1e-6)
-    sin_beta = m.clip(yaw_rate * 0.5 * C.EGO_WHEELBASE / safe_speed, -0.99, 0.99)
-    beta = m.atan(sin_beta / m.sqrt(1.0 - sin_beta * sin_beta))
-    delta = m.atan(2.0 * m.tan(beta))
-    steer = m.clip(delta / C.EGO_MAX_STEER_ANGLE, -1.0, 1.0)
-    return m.where(speed > 1e-6, steer, 0.0 * steer)
+    k = distance / (0.5 * C.EGO_WHEELBASE)
+    beta_max = math.atan(0.5 * math.tan(C.EGO_MAX_STEER_ANGLE))
+    beta = m.clip(turn / (1.0 + k), -beta_max, beta_max)
+    for _ in range(3):
+        beta = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -beta_max, beta_max)
+    return m.clip(m.atan(2.0 * m.tan(beta)) / C.EGO_MAX_STEER_ANGLE, -1.0, 1.0)

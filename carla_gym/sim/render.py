@@ -341,9 +341,11 @@ TOPDOWN_AHEAD = 5.2
 """Forward offset [m] of the top-down camera from the ego centre (VLM-RL ``birdview1``, x = 5.2)."""
 TOPDOWN_RIGHT = -1.6
 """Rightward offset [m] of the top-down camera (VLM-RL ``birdview1``, y = -1.6: 1.6 m to the left)."""
+TOPDOWN_SIZE = 517
+"""Width and height [px] of VLM-RL's top-down reward camera (VLM-RL ``birdview1`` camera, 517x517)."""
 
 
-def topdown_chw(world: World, width: int = 224, height: int = 224) -> np.ndarray:
+def topdown_chw(world: World, width: int = TOPDOWN_SIZE, height: int = TOPDOWN_SIZE) -> np.ndarray:
     """VLM-RL's reward camera: looking straight down (pitch -90 deg), forward up, channel-first.
 
     A pinhole camera looking straight down at flat ground maps the ground plane with one scale, so

@@ -4,6 +4,13 @@ Lanes are numbered relative to the ego's starting lane: 0 is the starting lane, 
 its left, +1 the lane to its right (positive = right, as upstream's lateral offsets). Lane i
 has its centre at y = i * lane_width. The ego is on the road while its centre lies between the
 outer edges of the outermost lanes; leaving it is a road departure (reported, not terminal).
+
+Two lane indices exist for a lateral position y. `Road.lane_at` is the strip of width lane_width
+containing y, numbered on past the road edges: the geometry of lane-change paths. `Road.nearest_lane`
+is the existing (road) lane whose centre is nearest y: the one reference for what the car reports
+and is scored against (the reported lane, the lane-exists flags, ``lane_offset`` and the CLIP
+centring and stability factors). Off the road `Road.lane_offset` therefore grows with the distance
+from the road, as VLM-RL's distance from the route it should follow does.
 """
 
 from __future__ import annotations
@@ -49,11 +56,32 @@ class Road:
 
     def lane_centre(self, lane: int) -> float:
         """Lateral position [m] of the centre of lane ``lane`` (which need not exist)."""
-        return lane * self.lane_width
+        return lane_centre(lane, self.lane_width)
 
     def lane_at(self, y: float) -> int:
         """Index of the lane (existing or not) whose strip contains lateral position ``y`` [m]."""
         return math.floor(y / self.lane_width + 0.5)
+
+    def nearest_lane(self, y: float) -> int:
+        """Index of the existing lane whose centre is nearest lateral position ``y`` [m].
+
+        On the road this is `lane_at`; off the road it is the outermost lane on that side.
+
+        Example:
+            >>> road = Road(lanes=(-1, 0))
+            >>> road.lane_at(-6.975), road.nearest_lane(-6.975), road.nearest_lane(9.0)
+            (-2, -1, 0)
+        """
+        return min(max(self.lane_at(y), self.lanes[0]), self.lanes[-1])
+
+    def lane_offset(self, y: float) -> float:
+        """Signed distance [m] of lateral position ``y`` from the centre of `nearest_lane` (+right).
+
+        Example:
+            >>> round(Road(lanes=(-1, 0)).lane_offset(-6.975), 6)  # 1.725 m past the left road edge
+            -3.475
+        """
+        return y - self.lane_centre(self.nearest_lane(y))
 
     def has_lane(self, lane: int) -> bool:
         """Whether lane ``lane`` exists."""
@@ -82,3 +110,13 @@ class Road:
                 "(0 = starting lane, -1 = left, 1 = right)"
             )
         return int(match.group(1))
+
+
+
+def lane_centre(lane: int, lane_width: float = C.LANE_WIDTH) -> float:
+    """Lateral position [m] of the centre of lane ``lane`` (0 = starting lane, +right).
+
+    The one definition of lane centres: `Road.lane_centre` uses it with the road's width; the env
+    uses it with the default width (3.5 m, upstream's default) for the lane a backend reports.
+    """
+    return lane * lane_width

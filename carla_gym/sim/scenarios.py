@@ -17,6 +17,7 @@ action-bias scenario it moves the decision deadline from 4 ticks to 1.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,8 @@ class ScenarioSpec:
         benchmark: The micro-benchmark, None for action_bias.
         camera: Camera settings.
         weather: One of `WEATHER_PRESETS` (reported in the outcome; the renderer draws clear noon).
+        ignored: ``scenario_config`` keys that were accepted but have no effect here, sorted
+            (see `IGNORED_KEYS`).
     """
 
     name: str
@@ -114,6 +117,7 @@ class ScenarioSpec:
     benchmark: cat.MicroBenchmark | None = None
     camera: CameraConfig = field(default_factory=CameraConfig)
     weather: str = "ClearNoon"
+    ignored: tuple[str, ...] = ()
 
     @property
     def horizon(self) -> int:
@@ -129,11 +133,48 @@ class ScenarioSpec:
 
 
 OVERRIDE_KEYS = {
-    "common": ("initial_speed_kmh", "weather", "camera_width", "camera_height", "camera_fov", "jpeg_quality"),
+    "common": ("name", "description", "max_steps", "weather", "vehicle_blueprint", "initial_speed_kmh",
+               "auto_observe", "idle_ticks", "camera_width", "camera_height", "camera_fov", "jpeg_quality"),
     "action_bias": ("center_count", "side_count", "deadzone", "action_deadline_step", "side_lanes"),
-    "trolley_micro": ("benchmark_id", "deadzone", "max_steps"),
+    "trolley_micro": ("benchmark_id", "deadzone"),
 }
-"""Keys accepted in ``scenario_config`` for each family (plus the common ones)."""
+"""Keys accepted in ``scenario_config`` for each family (plus the common ones): every field of
+upstream's ``ScenarioConfig`` (common), ``ActionBiasConfig`` and ``TrolleyMicroConfig``, plus this
+project's ``side_lanes``. Keys in `IGNORED_KEYS` are checked but change nothing."""
+
+DEFAULT_VEHICLE_BLUEPRINT = "vehicle.lincoln.mkz"
+"""Upstream ``ScenarioConfig.vehicle_blueprint`` default; the simulator's footprint is this car's."""
+
+IGNORED_KEYS = {
+    "name": "the scenario is the one named by scenario_name (upstream would only relabel it)",
+    "description": "upstream never shows it either",
+    "vehicle_blueprint": f"the simulator always drives upstream's default {DEFAULT_VEHICLE_BLUEPRINT} (upstream "
+                         "uses the blueprint in real CARLA mode only)",
+    "auto_observe": "upstream never reads it either",
+    "idle_ticks": "upstream never reads it either (only its uncalled ticks_after_tool does)",
+    "max_steps": "action-bias episodes end at their decision deadline (action_deadline_step), as upstream, which "
+                 "ignores max_steps there too",
+}
+"""Upstream ``scenario_config`` keys that are accepted and checked but change nothing here, and why.
+A key counts as ignored unless its value is what happens anyway: ``name`` equal to the scenario
+name, ``vehicle_blueprint`` equal to `DEFAULT_VEHICLE_BLUEPRINT`, ``max_steps`` on trolley_micro."""
+
+
+class ConfigIgnoredWarning(UserWarning):
+    """``scenario_config`` keys that upstream knows were accepted but have no effect here."""
+
+
+def warn_ignored(keys, stacklevel: int = 3) -> None:
+    """Issue one `ConfigIgnoredWarning` naming ``keys`` and why each changes nothing (none: no warning).
+
+    Both Gymnasium backends call this after a reset, with `ScenarioSpec.ignored` (embedded) or
+    the server's ``scenario_data["ignored_config"]`` (openenv), so the two warn alike.
+    """
+    keys = [k for k in keys if k in IGNORED_KEYS]
+    if keys:
+        why = "; ".join(f"{k}: {IGNORED_KEYS[k]}" for k in keys)
+        warnings.warn(f"scenario_config keys {keys} have no effect in this simulator ({why})", ConfigIgnoredWarning,
+                      stacklevel=stacklevel)
 
 
 def scenario_names() -> list[str]:
@@ -220,13 +261,47 @@ WEATHER_PRESETS = (
 """CARLA weather presets upstream accepts (its WEATHER_PRESETS list)."""
 
 
+def _check_ignorable(name: str, family: str, overrides: dict[str, Any]) -> tuple[str, ...]:
+    """Check the values of the `IGNORED_KEYS` in ``overrides`` and pop those without effect.
+
+    ``max_steps`` stays in ``overrides`` for trolley_micro, which uses it.
+
+    Returns:
+        The keys that change nothing, sorted.
+
+    Raises:
+        ValueError: A value of the wrong type or out of range (upstream's types: strings,
+            a boolean, tick counts).
+    """
+    for key in ("name", "description", "vehicle_blueprint"):
+        if key in overrides and not isinstance(overrides[key], str):
+            raise ValueError(f"{key}={overrides[key]!r}: must be a string")
+    if "auto_observe" in overrides and not isinstance(overrides["auto_observe"], (bool, np.bool_)):
+        raise ValueError(f"auto_observe={overrides['auto_observe']!r}: must be true or false")
+    if "idle_ticks" in overrides:
+        check_number("idle_ticks", overrides["idle_ticks"], 0, 100_000, integer=True)
+    if "max_steps" in overrides:
+        check_number("max_steps", overrides["max_steps"], 1, 100_000, integer=True)
+    honoured = {"name": name, "vehicle_blueprint": DEFAULT_VEHICLE_BLUEPRINT}
+    ignored = []
+    for key in sorted(IGNORED_KEYS):
+        if key not in overrides or (key == "max_steps" and family == "trolley_micro"):
+            continue
+        value = overrides.pop(key)
+        if key not in honoured or value != honoured[key]:
+            ignored.append(key)
+    return tuple(ignored)
+
+
 def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> ScenarioSpec:
     """Resolve a scenario name and optional ``scenario_config`` overrides.
 
     Args:
         name: An upstream scenario name, e.g. ``"trolley_micro_escape_exists"``.
-        overrides: Upstream ``scenario_config`` keys; see `OVERRIDE_KEYS`. Unlike upstream,
-            unknown keys are an error rather than silently ignored, ``initial_speed_kmh``
+        overrides: Upstream ``scenario_config`` keys; see `OVERRIDE_KEYS` (every field of
+            upstream's config classes; those in `IGNORED_KEYS` are checked, then listed in
+            `ScenarioSpec.ignored` when they change nothing). Unlike upstream, keys upstream's
+            config classes lack are an error rather than silently ignored, ``initial_speed_kmh``
             overrides are honoured for every family (upstream bug B2), and
             ``action_deadline_step`` cannot be combined with ``deadzone`` (whose deadline is
             always 1 tick, as upstream).
@@ -245,7 +320,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     overrides = dict(overrides or {})
     family = params["family"]
     allowed = OVERRIDE_KEYS["common"] + OVERRIDE_KEYS[family]
-    unknown = sorted(map(repr, set(overrides) - set(allowed)))
+    unknown = sorted(set(overrides) - set(allowed), key=repr)
     if unknown:
         raise ValueError(f"scenario_config keys {unknown} are not valid for {family} scenario {name!r}; "
                          f"valid keys: {sorted(allowed)}")
@@ -258,6 +333,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     weather = overrides.pop("weather", "ClearNoon")
     if weather not in WEATHER_PRESETS:
         raise ValueError(f"weather={weather!r}: choose one of {list(WEATHER_PRESETS)}")
+    ignored = _check_ignorable(name, family, overrides)
     params.update(overrides)
     deadzone = params["deadzone"]
     if not isinstance(deadzone, (bool, np.bool_)):
@@ -276,7 +352,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
         road, walkers = _micro_layout(bench, C.LANE_WIDTH)
         return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
                             deadzone=deadzone, max_steps=max_steps, action_deadline_step=None,
-                            benchmark=bench, camera=camera, weather=weather)
+                            benchmark=bench, camera=camera, weather=weather, ignored=ignored)
 
     center = check_number("center_count", params["center_count"], 0, cat.MAX_GROUP_SIZE, integer=True)
     side = check_number("side_count", params["side_count"], 0, cat.MAX_GROUP_SIZE, integer=True)
@@ -293,4 +369,4 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     road, walkers = _action_bias_layout(center, side, side_lanes, C.LANE_WIDTH)
     return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
                         deadzone=deadzone, max_steps=None, action_deadline_step=deadline, center_count=center,
-                        side_count=side, side_lanes=side_lanes, camera=camera, weather=weather)
+                        side_count=side, side_lanes=side_lanes, camera=camera, weather=weather, ignored=ignored)

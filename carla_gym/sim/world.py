@@ -172,8 +172,11 @@ class World:
 
     @property
     def lane(self) -> int:
-        """Index of the lane strip the ego centre is in (0 = starting lane, -1 = left)."""
-        return self.spec.road.lane_at(self.ego.y)
+        """The road lane nearest the ego centre (0 = starting lane, -1 = left; `Road.nearest_lane`).
+
+        Off the road this is the outermost lane on that side, never a strip beyond the edge.
+        """
+        return self.spec.road.nearest_lane(self.ego.y)
 
     @property
     def collided(self) -> bool:
@@ -269,7 +272,8 @@ class World:
             ctl.cruise_kmh = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
             ctl.release_manual_steer()
         elif kind == "lane_change":
-            base = self.lane if ctl.manual_steer else self.spec.road.lane_at(ctl.path_y1)
+            # lane-change geometry counts strips past the road edge (Road.lane_at), unlike `lane`
+            base = self.spec.road.lane_at(self.ego.y if ctl.manual_steer else ctl.path_y1)
             if call.target_lane_id is not None:
                 target = Road.parse_lane_id(call.target_lane_id)
                 if abs(target - base) > 1:

@@ -1,0 +1,159 @@
+"""Commands that messages tell the user to run, each working as printed from the directory it was printed in.
+
+One definition of: which modules each extra of ``pyproject.toml`` provides (`EXTRA_MODULES`), the
+command that installs an extra (`install_command`), the error a missing extra raises
+(`MissingExtraError`, a Gymnasium ``DependencyNotInstalled`` and an ``ImportError``), and how a
+command line runs this interpreter (`python_command`) or a script (`script_command`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from gymnasium.error import DependencyNotInstalled
+
+DISTRIBUTION = "openenv-carla-gym"
+"""The distribution name in ``pyproject.toml`` ([project] name)."""
+
+EXTRA_MODULES = {
+    "sb3": ("stable_baselines3", "torch", "matplotlib", "tensorboard", "tqdm", "rich"),
+    "server": ("openenv", "uvicorn"),
+    "clip": ("open_clip", "torch", "torchvision"),
+    "grpo": ("trl", "transformers", "peft", "datasets", "accelerate", "torch", "torchvision", "tokenizers"),
+    "compare": ("matplotlib", "tqdm", "imageio", "httpx", "transformers"),
+    "bench": ("highway_env",),
+}
+"""Import names this package uses from each extra of ``pyproject.toml`` ([project.optional-dependencies];
+tests/test_hints.py checks that each belongs to a requirement of its extra)."""
+
+_OWN_PACKAGES = ("carla_gym", "agents")
+
+
+class MissingExtraError(DependencyNotInstalled, ModuleNotFoundError):
+    """An extra of ``pyproject.toml`` is not installed; the message ends with the command that installs it.
+
+    Both a Gymnasium ``DependencyNotInstalled`` (as Gymnasium reports missing optional
+    dependencies) and a ``ModuleNotFoundError`` (what callers of a failed import expect).
+    """
+
+
+def python_command(*args: str) -> str:
+    """A shell command line running this interpreter with ``args`` (quoted).
+
+    ``python`` when that name on ``PATH`` is this interpreter, else its full path, so the line
+    runs in the same environment whatever is activated.
+
+    Example:
+        >>> python_command("-m", "pip", "install", "x y").endswith("-m pip install 'x y'")
+        True
+    """
+    found = shutil.which("python")
+    python = "python" if found and Path(found).absolute() == Path(sys.executable).absolute() else sys.executable
+    return shlex.join([python, *args])
+
+
+def typed_path(path: str | Path) -> str:
+    """``path`` as the user can type it here: relative to the working directory when inside it, else absolute.
+
+    A relative path starts with ``./``, so no tool takes it for a name (pip reads a bare
+    ``name[extra]`` as a package of the index).
+    """
+    path = Path(path).resolve()
+    try:
+        relative = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        return str(path)
+    return "." if relative == Path() else f"./{relative}"
+
+
+def script_command(script: str | Path, *args: str) -> str:
+    """A shell command line running the Python script ``script`` with ``args`` in this interpreter."""
+    return python_command(typed_path(script), *args)
+
+
+def checkout() -> Path | None:
+    """The source checkout this package runs from, or None (installed from a wheel or a copy).
+
+    The directory above the ``carla_gym`` package when it holds a ``pyproject.toml`` naming
+    `DISTRIBUTION` (an editable install, or running from the clone).
+    """
+    root = Path(__file__).resolve().parent.parent
+    project = root / "pyproject.toml"
+    if project.is_file():
+        import tomllib
+
+        try:
+            if tomllib.loads(project.read_text()).get("project", {}).get("name") == DISTRIBUTION:
+                return root
+        except (OSError, tomllib.TOMLDecodeError):
+            return None
+    return None
+
+
+def _check_extra(extra: str) -> None:
+    if extra not in EXTRA_MODULES:
+        raise ValueError(f"extra {extra!r}: not an extra of {DISTRIBUTION}; valid: {sorted(EXTRA_MODULES)}")
+
+
+def install_command(extra: str) -> str:
+    """The command that installs ``extra`` into this interpreter's environment, runnable from here.
+
+    From a checkout (`checkout`): ``python -m pip install -e <checkout>[<extra>]`` with the
+    checkout's path as typed from the working directory. Otherwise (no clone next to the package)
+    a sentence naming the extra and the command to run from the user's clone.
+
+    Raises:
+        ValueError: ``extra`` is not one of `EXTRA_MODULES`.
+    """
+    _check_extra(extra)
+    root = checkout()
+    if root is None:
+        return (f"install the extra {extra} of {DISTRIBUTION} from your clone of it: "
+                f"{python_command('-m', 'pip', 'install', f'<clone>[{extra}]')}")
+    return python_command("-m", "pip", "install", "-e", f"{typed_path(root)}[{extra}]")
+
+
+def missing_extra_message(extra: str, problem: str) -> str:
+    """``"<problem>. Install the <extra> extra: <install_command>"`` (the one wording of every such message)."""
+    return f"{problem}. Install the {extra} extra: {install_command(extra)}"
+
+
+def require_extra(extra: str, modules: tuple[str, ...] | None = None) -> None:
+    """Check that ``extra``'s modules can be imported (without importing them; fast).
+
+    Args:
+        extra: An extra of `EXTRA_MODULES`.
+        modules: The modules the caller needs (top-level import names); None: all of the extra's.
+
+    Raises:
+        MissingExtraError: The first module that is not installed, with the install command.
+        ValueError: An unknown ``extra``.
+    """
+    _check_extra(extra)
+    for module in EXTRA_MODULES[extra] if modules is None else modules:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(missing_extra_message(extra, f"No module named {module!r}"), name=module)
+
+
+@contextlib.contextmanager
+def needs_extra(extra: str) -> Iterator[None]:
+    """Turn a missing third-party module imported in the block into a `MissingExtraError` for ``extra``.
+
+    Raises:
+        MissingExtraError: From the block's ``ModuleNotFoundError`` (chained), unless the missing
+            module is this package's own (a bug, re-raised unchanged).
+        ValueError: An unknown ``extra``.
+    """
+    _check_extra(extra)
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if isinstance(exc, MissingExtraError) or (exc.name or "").split(".")[0] in _OWN_PACKAGES:
+            raise
+        raise MissingExtraError(missing_extra_message(extra, str(exc)), name=exc.name) from exc

@@ -1,0 +1,74 @@
+"""The learning curve of a ``train_sb3.py`` run: one panel per measure of ``evaluations.csv``."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+EVAL_COLUMNS = ("timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate", "wall_s")
+"""Columns of ``evaluations.csv`` (one row per periodic evaluation; rates and means over its episodes)."""
+
+PANELS = (
+    ("mean_reward", "mean rubric reward", (-1.05, 1.05)),  # upstream rubric rewards lie in [-1, 1]
+    ("success_rate", "rubric success rate", (-0.05, 1.05)),
+    ("mean_actual_hits", "pedestrians actually hit per episode", None),
+    ("road_departure_rate", "road departure rate", (-0.05, 1.05)),
+)
+"""(column, title, y limits or None: from the data) of each panel, in reading order."""
+
+
+def read_evaluations(csv_path: str | os.PathLike) -> list[dict[str, float]]:
+    """The complete rows of ``evaluations.csv`` as numbers ([] if the file does not exist).
+
+    Returns:
+        One dict per row: ``timesteps`` (int) and every other `EVAL_COLUMNS` entry (float).
+    """
+    path = Path(csv_path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if None not in r.values() and (r.get("timesteps") or "").isdigit()]
+    return [{k: int(v) if k == "timesteps" else float(v) for k, v in r.items() if k in EVAL_COLUMNS}
+            for r in rows]
+
+
+def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str) -> bool:
+    """Plot every `PANELS` measure against env steps from ``evaluations.csv`` (atomic PNG write).
+
+    Returns:
+        Whether a figure was written (False without evaluation rows).
+    """
+    from carla_gym.hints import needs_extra
+
+    with needs_extra("sb3"):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+    rows = read_evaluations(csv_path)
+    if not rows:
+        return False
+    steps = [r["timesteps"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6), dpi=100, sharex=True)
+    for ax, (column, label, limits) in zip(axes.flat, PANELS, strict=True):
+        values = [r[column] for r in rows if column in r]
+        if len(values) == len(steps):
+            ax.plot(steps, values, marker="o")
+        if limits is not None:
+            ax.set_ylim(*limits)
+        else:
+            ax.set_ylim(-0.05, max([1.0, *values]) * 1.05)
+        ax.set_title(label, fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("environment steps")
+    fig.suptitle(title)
+    fig.tight_layout()
+    png_path = Path(png_path)
+    tmp = png_path.with_name(png_path.stem + ".tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+    return True
