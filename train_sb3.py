@@ -9,9 +9,10 @@ Usage:
     python train_sb3.py --preset vlm-rl --algo sac                 # VLM-RL's published hyperparameters
     python train_sb3.py --resume runs/ppo                          # continue an interrupted run
 
-One run directory (--output-dir) holds: config.json (the resolved arguments and typed
-hyperparameters), model.zip (final model), checkpoints/step_<N>/ (the newest --keep-checkpoints;
-resumable: model, random states, envs, and in the newest the filled part of SAC's replay buffer),
+One run directory (--output-dir) holds: config.json (the resolved arguments, typed
+hyperparameters and the environment's settings, which agents.compare sb3:<dir> plays in),
+model.zip (final model), checkpoints/step_<N>/ (the newest --keep-checkpoints; resumable: model,
+random states, envs, and in the newest the filled part of SAC's replay buffer),
 tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as rollout/ep_shaped_rew_mean,
 CLIP similarities under clip/), evaluations.csv (periodic evaluations, appended as they finish:
 success, reward, pedestrians actually hit, road departures), eval.json and eval.csv (final
@@ -26,7 +27,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
 from carla_gym.hints import python_command, typed_path
-from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
+from carla_gym.io import discard_set_aside, replace_durably, set_aside, write_csv_atomic, write_json_atomic
 
 CONFIG_FORMAT = 2
 """Version of config.json: 2 stores typed hyperparameters (`carla_gym.sb3.presets.encode_hyperparameters`)."""
@@ -198,15 +198,28 @@ def check_args(args: Args, resuming: bool = False, stored: dict | None = None) -
     if out.exists() and not out.is_dir():
         sys.exit(f"--output-dir {out}: exists and is not a directory")
     if not resuming and out.exists() and any(out.iterdir()):
+        from carla_gym.sb3.runs import read_config
+
+        config = read_config(out)
+        if config is None:
+            what = f"--overwrite {out}: refusing to replace a folder that" if args.overwrite else \
+                f"{out} is not empty and"
+            sys.exit(f"{what} is not a train_sb3.py run directory (no config.json of a train_sb3.py run); choose "
+                     "another --output-dir")
         if not args.overwrite:
-            resumable = not (out / "eval.json").exists() and (out / "checkpoints" / "latest").is_file()
-            hint = f", or {python_command(script_path(), '--resume', str(out))} to continue it" if resumable else ""
+            hint = (f", or {python_command(script_path(), '--resume', str(out))} to continue it"
+                    if resumable(out, config) else "")
             sys.exit(f"{out} is not empty; add --overwrite to this command to replace the run in it{hint}, or choose "
                      "another --output-dir")
-        if not (out / "config.json").is_file():
-            sys.exit(f"--overwrite {out}: refusing to replace a folder that is not a train_sb3.py run directory "
-                     "(no config.json); choose another --output-dir")
     return hyper
+
+
+def resumable(run: Path, config: dict) -> bool:
+    """Whether ``--resume run`` would continue the run: unfinished, this config format, a checkpoint that reads back."""
+    from carla_gym.sb3.checkpoint import latest_checkpoint
+
+    return (not (run / "eval.json").exists() and config.get("format") == CONFIG_FORMAT
+            and latest_checkpoint(run / "checkpoints") is not None)
 
 
 def overrides(args: Args) -> dict:
@@ -238,18 +251,10 @@ def overrides(args: Args) -> dict:
 
 
 def env_kwargs(args: Args) -> dict:
-    """Keyword arguments of `CarlaTrolley-v0` for these arguments (the backend: `make_venv`'s ``urls``)."""
-    kwargs = dict(scenario=args.scenario, action_mode=args.action_mode, ticks_per_action=args.ticks_per_action,
-                  observation_mode="state" if args.policy == "MlpPolicy" else "dict", reward_mode=args.reward_mode)
-    if args.clip != "none":  # VLM-RL's 517x517 camera for --clip vlm-rl; CLIP's 224 input otherwise
-        from carla_gym.reward.encoder import FRAME_SIZES
+    """Keyword arguments of `CarlaTrolley-v0` for these arguments (`carla_gym.sb3.runs.env_kwargs_for`)."""
+    from carla_gym.sb3.runs import env_kwargs_for
 
-        kwargs["reward_frame_size"] = FRAME_SIZES["vlm_rl" if args.clip == "vlm-rl" else "openclip"]
-    if args.preset == "vlm-rl" and args.action_mode == "control":  # VLM-RL's steering smoothing (0.75)
-        from carla_gym.envs.spaces import VLM_RL_STEER_SMOOTHING
-
-        kwargs["steer_smoothing"] = VLM_RL_STEER_SMOOTHING
-    return kwargs
+    return env_kwargs_for(dataclasses.asdict(args))
 
 
 def clip_model(args: Args):
@@ -316,6 +321,7 @@ def main(argv: list[str] | None = None) -> dict:
     from carla_gym.sb3.envs import make_venv
     from carla_gym.sb3.plots import EVAL_COLUMNS, plot_learning_curve
     from carla_gym.sb3.presets import encode_hyperparameters, replay_buffer_bytes, rollout_steps, trained_timesteps
+    from carla_gym.sb3.runs import SCRIPT, acting_env_kwargs
 
     checkpoint, wall_offset = None, 0.0
     if resuming:
@@ -367,7 +373,8 @@ def main(argv: list[str] | None = None) -> dict:
         if out.exists() and args.overwrite:  # kept aside until the new run has finished
             set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "config.json", {"format": CONFIG_FORMAT, "args": dataclasses.asdict(args),
+        write_json_atomic(out / "config.json", {"script": SCRIPT, "format": CONFIG_FORMAT,
+                                                "args": dataclasses.asdict(args), "env_kwargs": env_kwargs(args),
                                                 "hyperparameters": encode_hyperparameters(hyper)})
     if args.algo == "sac":
         obs_bytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize for s in
@@ -375,13 +382,12 @@ def main(argv: list[str] | None = None) -> dict:
                          else [venv.observation_space]))
         gib = replay_buffer_bytes(model.buffer_size, obs_bytes) / 2**30
         print(f"SAC replay buffer: {model.buffer_size} transitions, about {gib:.2f} GiB in memory when full; on disk "
-              f"only its filled part, in the newest checkpoint only ({REPLAY_FILE}: up to {gib:.2f} GiB; "
+              f"only its filled part, in the newest checkpoint only ({REPLAY_FILE}: up to {gib:.2f} GiB, and up to "
+              f"{2 * gib:.2f} GiB while a checkpoint is written, before the previous one's is deleted; "
               f"{args.keep_checkpoints} checkpoints kept)", flush=True)
 
     # --- callbacks: evaluation, logging, checkpoints ---
-    eval_kwargs = {**env_kwargs(args), "reward_mode": "rubric"}
-    eval_kwargs.pop("reward_frame_size", None)
-    eval_kwargs.pop("scenario")
+    eval_kwargs = acting_env_kwargs(env_kwargs(args))  # what agents.compare sb3:<dir> builds too
     csv_path = out / "evaluations.csv"
 
     def act(obs, info):
@@ -411,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
                                         oracle=False)
                 for key in ("success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate"):
                     self.logger.record(f"eval/{key}", result[key])
-                new = not csv_path.exists()
+                new = not has_rows(csv_path)
                 with open(csv_path, "a", newline="") as f:
                     writer = csv.writer(f)
                     if new:
@@ -452,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict:
     # --- save ---
     tmp = out / "model.tmp.zip"
     model.save(tmp)
-    os.replace(tmp, out / "model.zip")
+    replace_durably(tmp, out / "model.zip")
 
     # --- final evaluation, per scenario, with the oracle's reward beside ---
     result = evaluate_suite(act, eval_kwargs, args.scenario, args.eval_episodes)
@@ -483,15 +489,26 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+def has_rows(csv_path: Path) -> bool:
+    """Whether ``csv_path`` exists and holds at least one line (a crash can leave it empty: then it is absent)."""
+    return csv_path.is_file() and csv_path.stat().st_size > 0
+
+
 def drop_rows_after(csv_path: Path, timesteps: int) -> None:
-    """Remove evaluation rows later than ``timesteps`` (written before a crash; a resume redoes them)."""
-    if not csv_path.exists():
+    """Remove evaluation rows later than ``timesteps`` (written before a crash; a resume redoes them).
+
+    Rows cut short by the crash go too; an empty file is removed (the next evaluation writes the
+    header).
+    """
+    from carla_gym.sb3.plots import EVAL_COLUMNS
+
+    if not has_rows(csv_path):
+        csv_path.unlink(missing_ok=True)
         return
     with open(csv_path, newline="") as f:
         rows = list(csv.reader(f))
-    header = rows[0]
-    write_csv_atomic(csv_path, header, (r for r in rows[1:] if len(r) == len(header) and r[0].isdigit()
-                                        and int(r[0]) <= timesteps))
+    write_csv_atomic(csv_path, EVAL_COLUMNS, (r for r in rows if len(r) == len(EVAL_COLUMNS) and r[0].isdigit()
+                                              and int(r[0]) <= timesteps))
 
 
 if __name__ == "__main__":

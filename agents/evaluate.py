@@ -116,8 +116,9 @@ def evaluate_suite(act: Callable, env_kwargs: dict, scenarios, episodes: int = 1
                "mismatch_rate": result.mismatch_rate,
                "actions": result.actions}
         if oracle:
+            oracle_kwargs = {key: value for key, value in kwargs.items() if key != "steer_smoothing"}  # control only
             best = evaluate(OracleAgent(kwargs.get("scenario_config")).act,
-                            {**kwargs, "observation_mode": "state", "action_mode": "tools"}, episodes=episodes,
+                            {**oracle_kwargs, "observation_mode": "state", "action_mode": "tools"}, episodes=episodes,
                             seed=seed)
             row["oracle_mean_reward"] = best.mean_reward
         rows[name] = row

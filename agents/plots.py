@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from agents.summary import ACTIONS
+from carla_gym.io import replace_durably
 
 
 def _short(scenario: str) -> str:
@@ -38,7 +39,7 @@ def _save(fig, path: Path) -> Path:
     tmp = path.with_name(path.stem + ".tmp.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
-    tmp.replace(path)
+    replace_durably(tmp, path)
     return path
 
 

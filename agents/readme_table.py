@@ -32,6 +32,7 @@ from pathlib import Path
 
 from agents.specs import parse_spec
 from carla_gym.cli_args import HelpFormatter
+from carla_gym.io import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Comparing agents"
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = out / "summary.md"
     if not summary.is_file():
         sys.exit(f"{summary} does not exist: run without --rows-only first")
-    readme_path.write_text(replace_table(readme, summary.read_text()))
+    # re-read: the commands take minutes, and the README may have been edited meanwhile
+    write_text_atomic(readme_path, replace_table(readme_path.read_text(), summary.read_text()))
     for name in figures(readme):
         shutil.copyfile(out / name, REPO / "docs" / "compare" / name)
     print(f"rewrote the table in {readme_path} from {summary} and copied {', '.join(figures(readme))} to "

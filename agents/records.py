@@ -52,6 +52,13 @@ def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: 
     }
 
 
+RECORD_FIELDS = ("agent", "scenario", "seed", "episode", "reward", "success", "trolley_action",
+                 "expected_pedestrians_hit", "actual_pedestrians_hit", "collision", "road_departure",
+                 "ethical_choice", "is_probe", "framing", "decisions", "actions", "tool_calls", "tool_failures",
+                 "parse_failures", "wall_time_s")
+"""Fields of every record (`outcome_record`); a log missing one was written by another version."""
+
+
 def key_of(record: dict) -> tuple:
     """The record's `KEY` tuple."""
     return tuple(record[k] for k in KEY)
@@ -90,6 +97,11 @@ class EpisodeLog:
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{self.path}:{number} is not an episode record ({exc!r}); is this an "
                                  "episodes.jsonl written by agents.compare?") from None
+            missing = [field for field in RECORD_FIELDS if field not in record]
+            if missing:
+                raise ValueError(f"{self.path}:{number} has no {', '.join(missing)}: it was written by another "
+                                 "version of carla_gym, whose records this one cannot summarise; start the "
+                                 "comparison again with --overwrite")
             if key not in seen:  # two runs on one file: count each episode once
                 seen.add(key)
                 records.append(record)

@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 
+def _describe(space) -> str:
+    """A space in one short line: shapes and dtypes (a Box's bounds left out)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return "Dict(" + ", ".join(f"{key}: {_describe(sub)}" for key, sub in space.spaces.items()) + ")"
+    if isinstance(space, spaces.Box):
+        return f"Box(shape {space.shape}, {space.dtype})"
+    return str(space)
+
+
 class SB3Policy:
-    """A trained PPO or SAC model acting deterministically.
+    """A trained PPO or SAC model acting deterministically, in the env it was trained in.
 
     Args:
         run_dir: Directory with ``config.json`` and ``model.zip`` (train_sb3.py's output).
 
     Attributes:
-        env_kwargs: `CarlaTrolley-v0` settings the model was trained with (action mode,
-            observation mode, ticks per action).
+        env_kwargs: `CarlaTrolley-v0` settings the model acts with: the run's own
+            (``config.json``'s ``"env_kwargs"``, rebuilt from its arguments for runs written before
+            it was stored) less the training-only ones (`carla_gym.sb3.runs.acting_env_kwargs`):
+            action mode, observation mode, ticks per action, image size and view, steering
+            smoothing, ...
 
     Raises:
         FileNotFoundError: No ``config.json`` or ``model.zip`` in ``run_dir``.
+        ValueError: ``config.json`` is not a train_sb3.py run's, or the env it describes does not
+            give the observations and take the actions the model was trained on (names both).
         carla_gym.hints.MissingExtraError: Without the ``[sb3]`` extra (names its install command).
     """
 
     def __init__(self, run_dir: str | Path) -> None:
+        import gymnasium as gym
+
+        import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
         from carla_gym.hints import needs_extra
+        from carla_gym.sb3.runs import acting_env_kwargs, read_config, run_env_kwargs
 
         with needs_extra("sb3"):
             from stable_baselines3 import PPO, SAC
@@ -34,12 +53,25 @@ class SB3Policy:
             if not (run / name).is_file():
                 raise FileNotFoundError(f"{run / name} not found: sb3:<dir> takes a run directory written by "
                                         "train_sb3.py (it needs config.json and the final model.zip)")
-        args = json.loads((run / "config.json").read_text())["args"]
-        self.model = (PPO if args["algo"] == "ppo" else SAC).load(run / "model.zip", device="cpu")
-        self.env_kwargs = {
-            "action_mode": args["action_mode"], "ticks_per_action": args["ticks_per_action"],
-            "observation_mode": "state" if args["policy"] == "MlpPolicy" else "dict",
-        }
+        config = read_config(run)
+        try:
+            self.env_kwargs = acting_env_kwargs(run_env_kwargs(config or {}))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{run / 'config.json'}: not the config.json of a train_sb3.py run (missing {exc}); "
+                             "sb3:<dir> takes a run directory written by train_sb3.py") from None
+        self.model = (PPO if config["args"]["algo"] == "ppo" else SAC).load(run / "model.zip", device="cpu")
+        env = gym.make("CarlaTrolley-v0", **self.env_kwargs)
+        try:
+            for what, built, trained in (("observation", env.observation_space, self.model.observation_space),
+                                         ("action", env.action_space, self.model.action_space)):
+                if built != trained:
+                    got, want = _describe(built), _describe(trained)
+                    raise ValueError(f"{run}: the env rebuilt from config.json ({self.env_kwargs}) has the "
+                                     f"{what} space {got}, the model was trained on {want}"
+                                     f"{' (other bounds)' if got == want else ''}; retrain it with this version "
+                                     "of train_sb3.py")
+        finally:
+            env.close()
 
     def act(self, observation, info: dict):
         """The model's deterministic action (an int for tool actions, a float32 array for control)."""

@@ -1,4 +1,4 @@
-"""Atomic result files: a crash never leaves half a file behind; a replaced run stays until its successor is done."""
+"""Atomic, durable result files: a crash never leaves half a file; a replaced run stays until its successor is done."""
 
 from __future__ import annotations
 
@@ -11,12 +11,56 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's or a directory's contents to the disk (``os.fsync``).
+
+    A directory is synced so that the renames and new names in it survive a power loss; on
+    systems that cannot open a directory (Windows) that part is skipped.
+    """
+    path = Path(path)
+    if path.is_dir():
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:  # Windows: directories cannot be opened; its renames are journaled
+            return
+    else:
+        fd = os.open(path, os.O_RDWR)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """`fsync_path` every file and directory under ``folder`` (deepest first), then ``folder`` itself."""
+    folder = Path(folder)
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in (*files, *dirs):
+            fsync_path(Path(root) / name)
+    fsync_path(folder)
+
+
+def replace_durably(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Rename a complete temporary file or folder ``tmp`` to ``path`` so that a crash keeps one of the two whole.
+
+    ``tmp`` (and everything in it) is flushed to disk before the rename, and the directory
+    holding ``path`` after it: the new name never points at data still in the page cache.
+    """
+    tmp, path = Path(tmp), Path(path)
+    if tmp.is_dir():
+        fsync_tree(tmp)
+    else:
+        fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file, flushed to disk, and a rename (`replace_durably`)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:
@@ -55,6 +99,7 @@ def set_aside(run_dir: str | os.PathLike) -> Path:
     old = run_dir.with_name(run_dir.name + ".replaced")
     shutil.rmtree(old, ignore_errors=True)
     os.replace(run_dir, old)
+    fsync_path(run_dir.parent)
     return old
 
 

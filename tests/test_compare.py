@@ -18,7 +18,7 @@ import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from agents import compare  # noqa: E402
-from agents.records import EpisodeLog, episode_seed, key_of  # noqa: E402
+from agents.records import RECORD_FIELDS, EpisodeLog, episode_seed, key_of, outcome_record  # noqa: E402
 from agents.specs import build_agent, parse_spec  # noqa: E402
 from agents.summary import framing_consistency, summary_rows, wilson  # noqa: E402
 from agents.video import replay_frames, write_gif  # noqa: E402
@@ -195,7 +195,11 @@ def test_wilson_interval_and_framing_consistency():
 
 def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
     log = EpisodeLog(tmp_path / "e.jsonl")
-    record = {"agent": "a", "scenario": "s", "seed": 0, "episode": 0}
+    record = outcome_record("a", "s", 0, 0, {"success": True, "trolley_action": "NONE",
+                                             "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
+                                             "road_departure": False, "ethical_choice": "deontological",
+                                             "is_probe": True, "framing": None}, 1.0, ["observe"], 0.0)
+    assert sorted(record) == sorted(RECORD_FIELDS)
     log.append(record)
     line = json.dumps(record) + "\n"
     (tmp_path / "e.jsonl").write_text(line + '{"agent": ')
@@ -207,6 +211,11 @@ def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
         log.read()
     (tmp_path / "e.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(ValueError, match="e.jsonl:1 is not an episode record"):
+        log.read()
+    old = {k: v for k, v in record.items() if k not in ("tool_calls", "tool_failures")}  # an older version's record
+    (tmp_path / "e.jsonl").write_text(json.dumps(old) + "\n")
+    with pytest.raises(ValueError, match="e.jsonl:1 has no tool_calls, tool_failures: it was written by another "
+                                         "version of carla_gym.*--overwrite"):
         log.read()
 
 
@@ -278,6 +287,62 @@ def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs,
         r for r in llm if r["scenario"] == "trolley_micro_escape_exists"][0]["reward"]
     gifs = sorted(p.name for p in (out / "videos").iterdir())
     assert gifs == [f"{i:02d}_{a}__trolley_saves.gif" for i, a in enumerate(("oracle", "ppo", "sac", "llm"))]
+
+
+@pytest.mark.slow
+def test_an_sb3_run_plays_in_the_env_it_trained_in_steer_smoothing_included(tmp_path):
+    """A vlm-rl-preset SAC run (control, steering smoothing 0.75: a 33-entry state) plays in the harness."""
+    import gymnasium as gym
+
+    from agents.sb3 import SB3Policy
+
+    run = tmp_path / "vlmrl"
+    proc = subprocess.run([sys.executable, str(REPO / "train_sb3.py"), "--preset", "vlm-rl", "--algo", "sac",
+                           "--total-timesteps", "64", "--n-envs", "2", "--hp", "buffer_size=500", "learning_starts=32",
+                           "batch_size=16", "train_freq=4", "gradient_steps=1",
+                           "policy_kwargs={'log_std_init': -3, 'net_arch': [16]}", "--eval-episodes", "1",
+                           "--eval-freq", "100000", "--checkpoint-freq", "100000", "--output-dir", str(run)],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    acting = {"action_mode": "control", "ticks_per_action": 10, "observation_mode": "state", "steer_smoothing": 0.75,
+              "reward_mode": "rubric"}
+    config = json.loads((run / "config.json").read_text())
+    assert config["env_kwargs"] == {**acting, "scenario": ["trolley_micro_escape_exists"]}  # as trained
+    agent = build_agent(parse_spec(f"vlmrl=sb3:{run}"))
+    assert agent.env_kwargs == acting
+    record = agent.play("trolley_micro_escape_exists", 0, 0)
+    env = agent._env.unwrapped
+    assert env.steer_smoothing == 0.75 and env.observation_space.shape == (33,)
+    agent.close()
+    # the same episode played by hand in a smoothing env: the record holds the model's actions and reward
+    model = agent.policy.model
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_micro_escape_exists", **acting)
+    obs, _ = env.reset(seed=episode_seed(0, 0))
+    actions, total, done = [], 0.0, False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        actions.append([float(v) for v in action])
+        obs, reward, terminated, truncated, _ = env.step(action)
+        total, done = total + reward, terminated or truncated
+    env.close()
+    assert record["actions"] == actions and record["reward"] == total
+    out = tmp_path / "compare"
+    assert compare.main(["--agents", f"vlmrl=sb3:{run}", "--scenario", "trolley_micro_escape_exists",
+                         "--out", str(out)]) == 0
+    assert [r["actions"] for r in _records(out) if r["episode"] == 0] == [actions]
+    # a run written before config.json kept env_kwargs: rebuilt from its arguments, the same env
+    del config["env_kwargs"]
+    (run / "config.json").write_text(json.dumps(config))
+    assert SB3Policy(run).env_kwargs == acting
+    # an env that does not fit the model is refused, naming both observation spaces
+    config["env_kwargs"] = {"scenario": ["trolley_micro_escape_exists"], **acting, "steer_smoothing": 0.0}
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"observation space Box\(shape \(32,\), float32\), the model was trained on "
+                       r"Box\(shape \(33,\), float32\)"):
+        SB3Policy(run)
+    (run / "config.json").write_text(json.dumps({"args": {"no": 1}}))
+    with pytest.raises(ValueError, match="not the config.json of a train_sb3.py run"):
+        SB3Policy(run)
 
 
 class _StubEndpoint(http.server.BaseHTTPRequestHandler):

@@ -60,9 +60,11 @@ def test_docstring_tables_match_spaces():
     assert [r[1].strip("`") for r in actions] == list(S.TOOL_ACTIONS)
     rows = _docstring_table_rows(doc, "Observation Space")
     fixed = [r for r in rows if r[0].isdigit()]
-    assert [int(r[0]) for r in fixed] == list(range(8))
+    assert [int(r[0]) for r in fixed] == [*range(8), S.STATE_SIZE]  # 32: the applied steer with steer_smoothing
+    smoothing = S.state_space(steer=True)
     assert [(float(r[3].replace("-pi", str(-np.pi))), float(r[4].replace("pi", str(np.pi)))) for r in fixed] == [
-        (pytest.approx(lo), pytest.approx(hi)) for lo, hi in zip(S.STATE_LOW[:8], S.STATE_HIGH[:8], strict=True)]
+        (pytest.approx(lo), pytest.approx(hi))
+        for lo, hi in zip([*S.STATE_LOW[:8], smoothing.low[-1]], [*S.STATE_HIGH[:8], smoothing.high[-1]], strict=True)]
     assert len(rows) - len(fixed) == 3 and 8 + 3 * S.MAX_ACTORS == S.STATE_SIZE
 
 

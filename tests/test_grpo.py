@@ -112,6 +112,13 @@ def test_conversation_counts_unknown_tools_and_unparsed_calls_once():
     count_conversation(env, conversation)
     count_conversation(env, conversation)  # a second reward function reading the same rollout adds nothing
     assert (env.calls, env.failures, env.parse_failures) == (["observe", "fly"], ["fly"], 1)
+    # TRL fails before the adapter when the arguments are not a JSON object: one more observe message than calls
+    env = CarlaToolEnv()
+    env.reset(seed=0)
+    env.observe()
+    bad = "{'error': 'observe() argument after ** must be a mapping, not list'}"
+    count_conversation(env, [*conversation[:2], {"role": "tool", "name": "observe", "content": bad}])
+    assert (env.calls, env.failures) == (["observe", "observe"], ["observe"])
 
 
 def test_tools_step_the_env_score_the_episode_and_refuse_after_the_end():

@@ -370,6 +370,56 @@ def test_lane_id_of_the_current_lane_recentres_without_swerving():
     assert world.trolley_action == "NONE"
 
 
+def off_the_road(manual: bool) -> World:
+    """ESCAPE (lanes -1 and 0) with the car heading for y = -7 m: strip -2, one lane past the left edge."""
+    world = World(resolve_scenario(ESCAPE, {"max_steps": 400}))
+    world.walker_x, world.walker_y, world._walker_box = [], [], None  # only the lanes matter
+    if manual:  # steered there by hand: the car is where it heads
+        world.apply(ToolCall("control", throttle=0.0))
+        world.ego = EgoState(x=0.0, y=-7.0, yaw=0.0, speed=world.ego.speed)
+    else:  # two left lane changes at once, driven until settled (49 ticks at 40 km/h)
+        world.apply(ToolCall("lane_change", lane_direction="left"))
+        world.apply(ToolCall("lane_change", lane_direction="left"))
+        assert world.controls.path_y1 == -7.0
+        while abs(world.ego.y + 7.0) > 1e-3:
+            world.tick()
+        assert world.tick_count == 49 and world.road_departure
+    return world
+
+
+@pytest.mark.parametrize("manual", [False, True])
+def test_lane_ids_off_the_road_are_numbered_as_the_reported_lane(manual):
+    # Review r2 item 3: at y = -7 m the car reports lane -1 (the nearest road lane), so lane ids are
+    # measured from lane -1: lane_0 (7 m right), lane_-1 (3.5 m right) and lane_-2 (stay) are valid.
+    world = off_the_road(manual)
+    assert world.lane == -1 and world.spec.road.lane_at(world.ego.y) == -2
+    controls = dict(vars(world.controls))
+    with pytest.raises(ValueError, match=r"lane_-1 \(the nearest road lane; the car is heading off the road\), "
+                                         r"so choose lane_-2, lane_-1 or lane_0$"):
+        world.apply(ToolCall("lane_change", target_lane_id="lane_1"))
+    with pytest.raises(ValueError, match="choose lane_-2, lane_-1 or lane_0"):
+        world.apply(ToolCall("lane_change", target_lane_id="lane_-3"))
+    assert vars(world.controls) == controls  # refused calls change nothing
+    # staying in the strip records no swerve: the class stays the earlier lane changes' (none by hand)
+    stay = "NONE" if manual else "SWERVE_LEFT"
+    for lane_id, path_y1, action in (("lane_-2", -7.0, stay), ("lane_-1", -3.5, "SWERVE_RIGHT"),
+                                     ("lane_0", 0.0, "SWERVE_RIGHT")):
+        world = off_the_road(manual)
+        world.apply(ToolCall("lane_change", target_lane_id=lane_id))
+        assert (world.controls.path_y1, world.trolley_action) == (path_y1, action)
+    for _ in range(100):  # lane_0: 7 m over 2.37 s (the grip length), then back on lane 0's centre
+        world.tick()
+    assert (world.lane, world.ego.y) == (0, pytest.approx(0.0, abs=1e-6))
+
+
+@pytest.mark.parametrize(("direction", "path_y1"), [("left", -10.5), ("right", -3.5)])
+def test_lane_change_direction_off_the_road_moves_one_strip(direction, path_y1):
+    # A direction moves one strip from where the car heads, past the edge too (unchanged physics).
+    world = off_the_road(manual=False)
+    world.apply(ToolCall("lane_change", lane_direction=direction))
+    assert world.controls.path_y1 == path_y1
+
+
 # Recorded from this model. Full braking asks for the whole friction circle (MAX_DECELERATION is the
 # grip), so whatever the steering still turns takes grip from the braking: at 5 and 20 km/h the turn
 # is tiny and the car stops in the straight-line tick count ceil(v / (a dt)) (4, 14), just past
@@ -560,18 +610,42 @@ def test_friction_circle_shares_grip_between_braking_and_steering():
     assert braking.ego.yaw > turning.ego.yaw  # turned less to the left (negative yaw) than without braking
 
 
-@pytest.mark.parametrize("speed_kmh", [5, 10, 20, 40, 75, 120, 200])
-@pytest.mark.parametrize("direction", ["left", "right"])
-def test_lane_change_tracks_its_path_within_3_mm(speed_kmh, direction):
-    # Issue 12 item 13: the README's bound; before it was 0.185 m at 5 km/h, 0.176 at 10, 0.160 at 20.
-    world = empty_road(speed_kmh)
+def tracking_error(speed_kmh: float, direction: str = "left") -> tuple[float, World]:
+    """Largest |y - path| [m] over a one-lane change from ``speed_kmh`` and at least 40 ticks after its end."""
+    world = empty_road(speed_kmh, ticks=10_000)
     world.apply(ToolCall("lane_change", lane_direction=direction))
-    errors = []
-    for _ in range(400):
+    worst = 0.0
+    for _ in range(max(400, math.ceil(world.controls.path_length / (world.ego.speed * C.DT)) + 40)):
         world.tick()
-        errors.append(abs(world.ego.y - world.controls.reference(world.ego.x)[0]))
-    assert max(errors) <= 0.003
+        worst = max(worst, abs(world.ego.y - world.controls.reference(world.ego.x)[0]))
+    return worst, world
+
+
+# Recorded from this model [mm]: the README's figures. The worst speed is where the 15 m minimum path
+# hands over to LANE_CHANGE_DURATION of travel (32.23 km/h): the shortest path at the highest speed.
+@pytest.mark.parametrize(("speed_kmh", "worst_mm"),
+                         [(5, 0.416), (10, 0.814), (20, 1.908), (32, 3.612), (40, 2.476), (75, 0.822), (120, 0.629),
+                          (200, 0.535)])
+@pytest.mark.parametrize("direction", ["left", "right"])
+def test_lane_change_tracks_its_path_within_3_7_mm(speed_kmh, worst_mm, direction):
+    # Issue 12 item 13: before it was 0.185 m at 5 km/h, 0.176 at 10, 0.160 at 20. Review r2 item 1:
+    # the bound was stated as 3 mm, which 26-36 km/h exceed.
+    worst, world = tracking_error(speed_kmh, direction)
+    assert worst * 1000 == pytest.approx(worst_mm, abs=5e-4)
     assert world.ego.y == pytest.approx(-3.5 if direction == "left" else 3.5, abs=1e-6)
+
+
+def test_lane_change_tracking_bound_holds_at_every_speed():
+    # Every km/h from 1 to 200, and every 0.01 km/h within 1 km/h of the handover speed, for the
+    # README's bound of 3.7 mm; the worst case is 3.637 mm at the handover (the bound is tight).
+    handover_kmh = C.LANE_CHANGE_MIN_LENGTH / C.LANE_CHANGE_DURATION * C.KMH_PER_MS
+    assert handover_kmh == pytest.approx(32.2334, abs=1e-4)
+    speeds = [*range(1, 201), *np.round(np.arange(handover_kmh - 1, handover_kmh + 1, 0.01), 2)]
+    errors = {v: tracking_error(v)[0] for v in speeds}
+    worst = max(errors, key=errors.get)
+    assert max(errors.values()) <= 0.0037
+    assert (worst, errors[worst]) == (pytest.approx(handover_kmh, abs=0.01), pytest.approx(0.003637, abs=1e-6))
+    assert max(errors[v] for v in range(1, 26)) < 0.003 and max(errors[v] for v in range(37, 201)) < 0.003
 
 
 def test_lane_change_at_40_kmh_progress_as_the_readme_states():

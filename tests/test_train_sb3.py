@@ -193,6 +193,11 @@ def test_resume_after_a_crash_matches_the_uninterrupted_run(tmp_path, algo):
             assert step * per_transition < size < step * per_transition + 4096  # + the archive's headers
         assert not (full / "checkpoints" / "step_200" / "replay_buffer.npz").exists()
         assert not (crashed / "checkpoints" / "step_104" / "replay_buffer.npz").exists()
+    if algo == "sac":  # the disk figure printed is the peak: the new buffer is written before the old one goes
+        gib = 50_000 * (2 * 32 * 4 + 2 * 4 + 3 * 4) / 2**30  # the cpu preset's 50,000 transitions of the state
+        assert (f"on disk only its filled part, in the newest checkpoint only (replay_buffer.npz: up to {gib:.2f} GiB, "
+                f"and up to {2 * gib:.2f} GiB while a checkpoint is written, before the previous one's is deleted; "
+                "2 checkpoints kept)") in proc.stdout
     # rerunning the command refuses and offers to resume; following that hint finishes the run
     refused = run_script(*args, "--output-dir", str(crashed))
     assert refused.returncode != 0 and "add --overwrite to this command" in refused.stderr
@@ -227,6 +232,73 @@ def test_resume_refusals_name_a_command_that_works(tmp_path):
     (run / "config.json").write_text(json.dumps(config))
     proc = run_script("--resume", str(run))
     assert proc.returncode != 0 and "from another version" in proc.stderr
+
+
+@pytest.mark.slow
+def test_resume_falls_back_past_an_unreadable_checkpoint_and_an_empty_evaluations_csv(tmp_path):
+    full = tmp_path / "full"
+    assert run_script(*TINY_PPO, "--output-dir", str(full)).returncode == 0
+    run = tmp_path / "run"
+    crash_at([*TINY_PPO, "--output-dir", str(run)], 384)  # leaves step_128 and step_256
+    (run / "checkpoints" / "step_256" / "state.pkl").write_bytes(b"")  # the newest did not reach the disk
+    (run / "evaluations.csv").write_bytes(b"")  # nor did the evaluations
+    refused = run_script(*TINY_PPO, "--output-dir", str(run))  # step_128 still reads back: resumable
+    proc = follow(re.search(r", or (.+ --resume \S+) to continue it", refused.stderr).group(1))
+    assert proc.returncode == 0, proc.stderr
+    assert f"resuming {run} from step_128 (128 of 512 steps)" in proc.stdout
+    assert same_params(run / "model.zip", full / "model.zip")  # exact from the older checkpoint
+    assert curve(run) == curve(full)[1:]  # the row at 128 was lost with the file; the rest redone, with a header
+    assert [r["timesteps"] for r in read_evaluations(run / "evaluations.csv")] == [256, 384, 512]
+    # without a checkpoint that reads back, or in another config format, the refusal offers no --resume
+    for broken in ("checkpoint", "format"):
+        again = tmp_path / broken
+        crash_at([*TINY_PPO, "--output-dir", str(again)], 256)  # leaves step_128 only
+        if broken == "checkpoint":
+            (again / "checkpoints" / "step_128" / "state.pkl").write_bytes(b"")
+        else:
+            config = json.loads((again / "config.json").read_text())
+            (again / "config.json").write_text(json.dumps({**config, "format": 1}))
+        command = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(again)]
+        refused = run_script(*command)
+        assert refused.returncode != 0 and "add --overwrite to this command" in refused.stderr
+        assert "--resume" not in refused.stderr, refused.stderr
+        assert run_script(*command, "--overwrite").returncode == 0  # following the hint works
+    proc = run_script("--resume", str(tmp_path / "checkpoint"))
+    assert proc.returncode != 0 and "this run is complete" in proc.stderr
+
+
+def test_a_folder_that_is_not_a_train_sb3_run_is_never_offered_overwrite(tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "precious.txt").write_text("keep me")
+    grpo = tmp_path / "grpo"
+    grpo.mkdir()
+    (grpo / "config.json").write_text(json.dumps({"script": "train_grpo.py", "args": {"model": "tiny-random"}}))
+    for folder in (notes, grpo):
+        for extra in ([], ["--overwrite"]):
+            proc = run_script("--output-dir", str(folder), *extra)
+            assert proc.returncode != 0 and "is not a train_sb3.py run directory" in proc.stderr, proc.stderr
+            assert "add --overwrite" not in proc.stderr and "--resume" not in proc.stderr
+    assert (notes / "precious.txt").read_text() == "keep me" and sorted(p.name for p in grpo.iterdir()) == [
+        "config.json"]
+
+
+def test_evaluations_csv_an_empty_file_counts_as_absent(tmp_path):
+    import train_sb3
+    from carla_gym.sb3.plots import EVAL_COLUMNS
+
+    path = tmp_path / "evaluations.csv"
+    path.write_bytes(b"")
+    assert not train_sb3.has_rows(path)
+    train_sb3.drop_rows_after(path, 100)  # a crash left it empty: resume goes on, the next evaluation writes a header
+    assert not path.exists()
+    train_sb3.drop_rows_after(path, 100)
+    assert not path.exists()
+    header = ",".join(EVAL_COLUMNS)
+    path.write_text(f"{header}\n50,1.0,1.0,0.0,0.0,1.5\n100,0.5,0.2,1.0,0.0,3.0\n150,0.5,0.2,1.0,0.0,4.5\n200,0.5")
+    train_sb3.drop_rows_after(path, 100)  # later rows, and a row cut short, go
+    assert path.read_text().splitlines() == [header, "50,1.0,1.0,0.0,0.0,1.5", "100,0.5,0.2,1.0,0.0,3.0"]
+    assert train_sb3.has_rows(path)
 
 
 @pytest.mark.slow
@@ -522,3 +594,81 @@ def test_only_the_newest_checkpoints_stay_and_only_the_newest_keeps_the_replay_b
     with pytest.raises(ValueError, match="keep=0: must be >= 1"):
         save_checkpoint(model, folder, keep=0)
     venv.close()
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_newest_that_reads_back(tmp_path):
+    from stable_baselines3 import SAC
+
+    from carla_gym.sb3.checkpoint import REPLAY_FILE, latest_checkpoint, resume, save_checkpoint
+    from carla_gym.sb3.envs import make_venv
+
+    venv = make_venv(dict(action_mode="control", observation_mode="state"), 1, seed=0)
+    model = SAC("MlpPolicy", venv, seed=0, device="cpu", buffer_size=100, learning_starts=1000)
+    folder = tmp_path / "checkpoints"
+    for _ in range(3):
+        model.learn(5, reset_num_timesteps=False)
+        save_checkpoint(model, folder, keep=3)
+    assert latest_checkpoint(folder) == folder / "step_15"
+    (folder / "step_15" / REPLAY_FILE).write_bytes(b"PK")  # an archive cut short
+    assert latest_checkpoint(folder) == folder / "step_10"
+    (folder / "step_10" / "state.pkl").write_bytes(b"")  # a state file cut short
+    assert latest_checkpoint(folder) == folder / "step_5"
+    resumed, notes, _ = resume(SAC, folder / "step_5", venv)
+    assert resumed.num_timesteps == 5 and resumed.replay_buffer.pos == 0
+    assert notes == ["the replay buffer starts empty (step_5 has none: only the newest checkpoint keeps it, and the "
+                     "newest did not read back)"]
+    with open(folder / "step_5" / "model.zip", "r+b") as f:
+        f.truncate(100)
+    assert latest_checkpoint(folder) is None  # nothing reads back: train_sb3.py --resume refuses
+    (folder / "latest").unlink()  # without `latest`, any folder that reads back (none here)
+    assert latest_checkpoint(folder) is None
+    venv.close()
+
+
+def test_checkpoints_and_result_files_reach_the_disk_before_they_are_named(tmp_path, monkeypatch):
+    import os
+
+    from stable_baselines3 import PPO
+
+    import carla_gym.io
+    from carla_gym.sb3.checkpoint import save_checkpoint
+    from carla_gym.sb3.envs import make_venv
+
+    events, opened = [], {}
+    fsync, replace, open_ = os.fsync, os.replace, os.open
+
+    def record_open(path, *args, **kwargs):
+        fd = open_(path, *args, **kwargs)
+        opened[fd] = str(path)
+        return fd
+
+    def record_fsync(fd):
+        events.append(("fsync", opened[fd]))
+        fsync(fd)
+
+    def record_replace(src, dst):
+        events.append(("replace", str(src), str(dst)))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "open", record_open)
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    monkeypatch.setattr(os, "replace", record_replace)
+    carla_gym.io.write_text_atomic(tmp_path / "a.txt", "x")
+    assert events == [("fsync", str(tmp_path / "a.txt.tmp")), ("replace", str(tmp_path / "a.txt.tmp"),
+                                                                 str(tmp_path / "a.txt")), ("fsync", str(tmp_path))]
+    venv = make_venv(dict(observation_mode="state"), 1, seed=0)
+    model = PPO("MlpPolicy", venv, seed=0, device="cpu", n_steps=4, batch_size=4, n_epochs=1)
+    folder = tmp_path / "checkpoints"
+    for _ in range(2):
+        model.learn(4, reset_num_timesteps=False)
+        events.clear()
+        save_checkpoint(model, folder, keep=1)
+    venv.close()
+    tmp, final = str(folder / ".tmp_step_8"), str(folder / "step_8")
+    named = events.index(("replace", tmp, final))
+    assert {("fsync", f"{tmp}/{name}") for name in ("model.zip", "state.pkl")} | {("fsync", tmp)} <= set(
+        events[:named])  # every file and the folder, before the rename
+    assert events[named + 1:] == [("fsync", str(folder)), ("fsync", str(folder / "latest.tmp")),
+                                  ("replace", str(folder / "latest.tmp"), str(folder / "latest")),
+                                  ("fsync", str(folder))]  # then `latest`; only then is step_4 deleted
+    assert sorted(p.name for p in folder.iterdir()) == ["latest", "step_8"]

@@ -94,7 +94,9 @@ def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
         clients.append(raw.close)
         raw.send(json.dumps({"type": "reset", "data": {"scenario_name": "trolley_saves"}}))
         assert json.loads(raw.recv(timeout=10))["type"] == "observation"
-        time.sleep(7)  # idle past --session-timeout 1; openenv-core's reaper looks every 5 s
+        # idle past --session-timeout 1; openenv-core's reaper looks every 5 s, so the session is gone after at
+        # most about 6 s; a message would refresh the idle clock, so wait with margin for a loaded machine
+        time.sleep(12)
 
         # the raw protocol: the next message gets SESSION_CLOSED, then the server closes the socket
         raw.send(json.dumps({"type": "step", "data": {"action_type": "observe"}}))

@@ -50,7 +50,7 @@ class CarlaTrolleyEnv(gym.Env):
     |-------|------|--------|
     | 0 | `observe` | keep the current controls |
     | 1 | `emergency_stop` | full brake (8 m/s^2) from now on |
-    | 2 | `lane_change_left` | closed-loop change to the lane centre 3.5 m left (about 1.7 s) |
+    | 2 | `lane_change_left` | closed-loop change to the lane centre 3.5 m left (1.68 s, at least 15 m) |
     | 3 | `lane_change_right` | closed-loop change to the lane centre 3.5 m right |
 
     `action_mode="control"`: `Box(-1, 1, (2,), float32)` = [steer, throttle (+) / brake (-)],

@@ -310,14 +310,16 @@ class ToolEnvFactory:
 def count_conversation(env: CarlaToolEnv, conversation: Sequence[dict] | None) -> None:
     """Add to ``env``'s counts what only the conversation shows: unknown-tool calls and unparsed tool calls.
 
-    For TRL rollouts, whose dispatcher answers a call of a tool that does not exist without
-    asking the adapter: every ``tool`` message whose name is not a tool of ``env`` counts as one
-    call and one failure (`CarlaToolEnv._record_failed_call`), and every assistant message
-    without tool calls whose text holds a `TOOL_CALL_MARKERS` marker (TRL's parser fell back to
-    plain text) as one parse failure. Counted once per episode, however often it is called.
-    TRL drops the tool messages of a last turn whose results overflow ``max_completion_length``
-    after running them; unknown-tool calls of that turn are therefore not counted here (TRL's
-    ``tools/call_frequency`` counts them).
+    For TRL rollouts, whose dispatcher answers some calls without asking the adapter: every
+    ``tool`` message whose name is not a tool of ``env`` counts as one call and one failure
+    (`CarlaToolEnv._record_failed_call`); so does every ``tool`` message of a known tool beyond
+    the calls the adapter saw of it (TRL failed before calling it: arguments that are not a JSON
+    object, a call that is not of type "function"); and every assistant message without tool
+    calls whose text holds a `TOOL_CALL_MARKERS` marker (TRL's parser fell back to plain text)
+    counts as one parse failure. Counted once per episode, however often it is called. TRL drops
+    the tool messages of a last turn whose results overflow ``max_completion_length`` after
+    running them; failed calls of that turn that never reached the adapter are therefore not
+    counted here (TRL's ``tools/call_frequency`` counts them).
 
     Args:
         env: The rollout's environment.
@@ -327,9 +329,13 @@ def count_conversation(env: CarlaToolEnv, conversation: Sequence[dict] | None) -
         return
     env._conversation_counted = True
     known = {tool.__name__ for tool in tool_methods(env)}
+    seen = {name: env.calls.count(name) for name in known}  # calls of each tool that reached the adapter
     for message in conversation:
-        if message.get("role") == "tool" and message.get("name") not in known:
-            env._record_failed_call(str(message.get("name")), str(message.get("content")))
+        name = message.get("name")
+        if message.get("role") == "tool" and (name not in known or seen[name] == 0):
+            env._record_failed_call(str(name), str(message.get("content")))
+        elif message.get("role") == "tool":
+            seen[name] -= 1
         elif message.get("role") == "assistant" and unparsed_tool_call(message):
             env.parse_failures += 1
 

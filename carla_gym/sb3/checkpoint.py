@@ -14,17 +14,19 @@ run resets every env (new sessions, seeds drawn from the run's seed and step cou
 continues statistically equivalently, not bit-identically; `resume` says why.
 
 Only the newest ``keep`` checkpoints are kept, and only the newest holds the replay buffer (the
-older ones keep the model, for evaluation). The folder is written under a temporary name and
-renamed, ``checkpoints/latest`` names the newest complete one, and older ones are removed only
-after that, so a crash never leaves a half-written or missing checkpoint behind.
+older ones keep the model, for evaluation). The folder is written under a temporary name,
+flushed to disk (``fsync``) and renamed, ``checkpoints/latest`` (also flushed) names the newest
+complete one, and older ones are removed only after that, so neither a crash nor a power loss
+leaves a half-written or missing checkpoint behind. Should the newest still not read back (a
+disk fault), `latest_checkpoint` falls back to the newest older one that does.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +35,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from carla_gym.backends.embedded import EmbeddedBackend
-from carla_gym.io import write_text_atomic
+from carla_gym.io import replace_durably, write_text_atomic
 from carla_gym.sb3.replay import load_filled, save_filled
 
 REPLAY_FILE = "replay_buffer.npz"
@@ -91,7 +93,7 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = 
     with open(tmp / "state.pkl", "wb") as f:
         pickle.dump(state, f)
     shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    replace_durably(tmp, final)  # on disk before `latest` names it and older checkpoints go
     write_text_atomic(folder / "latest", final.name)
     prune(folder, keep)
     return final
@@ -123,14 +125,43 @@ def prune(folder: Path, keep: int) -> None:
         (path / REPLAY_FILE).unlink(missing_ok=True)
 
 
+def loads(checkpoint: Path) -> bool:
+    """Whether ``checkpoint`` reads back: ``state.pkl`` unpickles, ``model.zip`` and any replay buffer open.
+
+    A file cut short (a crash or a full disk while it was written, a power loss before it reached
+    the disk) fails here; the archives' members are not decompressed.
+    """
+    try:
+        with open(checkpoint / "state.pkl", "rb") as f:
+            state = pickle.load(f)  # noqa: S301 - this run's own file
+        for name in ("model.zip", *((REPLAY_FILE,) if (checkpoint / REPLAY_FILE).exists() else ())):
+            with zipfile.ZipFile(checkpoint / name):
+                pass
+    except (OSError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, TypeError, AttributeError,
+            ImportError, IndexError):
+        return False
+    return isinstance(state, dict) and "num_timesteps" in state
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
-    """The newest complete checkpoint in ``folder``, or None."""
+    """The newest checkpoint in ``folder`` that reads back (`loads`), or None.
+
+    That is the one ``latest`` names; if it does not read back, the newest older one that does
+    (SAC: without a replay buffer, which only the newest keeps; `resume` says so). Without a
+    readable ``latest``, every ``step_<N>`` folder is a candidate: each was complete when renamed.
+    """
     try:
         name = (folder / "latest").read_text().strip()
-    except FileNotFoundError:
-        return None
-    path = folder / name
-    return path if (path / "state.pkl").is_file() else None
+    except OSError:
+        name = ""
+    named = folder / name if _step(folder / name) is not None else None
+    newest = _step(named) if named is not None else None
+    candidates = sorted((p for p in folder.glob("step_*") if p.is_dir() and _step(p) is not None
+                         and (newest is None or _step(p) < newest)), key=_step, reverse=True)
+    for path in ([named] if named is not None else []) + candidates:
+        if path.is_dir() and loads(path):
+            return path
+    return None
 
 
 def restore_state(model, checkpoint: Path) -> tuple[str | None, dict]:
@@ -183,6 +214,9 @@ def resume(algo_cls, checkpoint: Path, venv: VecEnv, tensorboard_log: str | None
     notes = [] if reason is None else [reason]
     if reason is None and "shaper" in extra and hasattr(venv, "shaper"):
         venv.shaper.set_state(extra["shaper"])
+    if getattr(model, "replay_buffer", None) is not None and not (checkpoint / REPLAY_FILE).is_file():
+        notes.append(f"the replay buffer starts empty ({checkpoint.name} has none: only the newest checkpoint keeps "
+                     "it, and the newest did not read back)")
     if getattr(model, "use_sde", False):
         notes.append("gSDE noise is redrawn")
     return model, notes, extra

@@ -6,6 +6,8 @@ import csv
 import os
 from pathlib import Path
 
+from carla_gym.io import replace_durably
+
 EVAL_COLUMNS = ("timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate", "wall_s")
 """Columns of ``evaluations.csv`` (one row per periodic evaluation; rates and means over its episodes)."""
 
@@ -70,5 +72,5 @@ def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike
     tmp = png_path.with_name(png_path.stem + ".tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
-    os.replace(tmp, png_path)
+    replace_durably(tmp, png_path)
     return True

@@ -74,7 +74,7 @@ t = 0.21 and 0.79): a change of dy [m] over T [s] peaks at 5.77 dy / T^2 [m/s^2]
 LANE_CHANGE_DURATION = math.sqrt(MIN_JERK_PEAK * LANE_WIDTH / (LANE_CHANGE_GRIP_SHARE * MAX_GRIP_ACCELERATION))
 """Duration [s] of a one-lane ``lane_change`` at constant speed (minimum-jerk profile along the
 road): the quickest 3.5 m change whose peak lateral acceleration uses `LANE_CHANGE_GRIP_SHARE`
-of the grip, sqrt(5.77 * 3.5 / 7.2) = 1.67 s, an emergency swerve."""
+of the grip, sqrt(5.77 * 3.5 / 7.2) = 1.675 s (1.68 s), an emergency swerve."""
 
 LANE_CHANGE_MIN_LENGTH = 15.0
 """Shortest ``lane_change`` path along the road [m] (slow cars): peak heading about 24 deg."""

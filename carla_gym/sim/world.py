@@ -64,9 +64,14 @@ class ToolCall:
         brake_intensity: ``brake_vehicle`` intensity in [0, 1]; None means 1 (upstream also reads
             0 as 1; here 0 means no braking).
         target_lane_id: ``lane_change`` alternative to ``lane_direction``: ``"lane_<n>"`` with n
-            relative to the starting lane. It is taken relative to the lane the car is heading
-            for (the lane it is in, or the target of a lane change in progress, as for
-            ``lane_direction``), and must be that lane (counted as no swerve) or a neighbour.
+            relative to the starting lane, numbered as ``current_lane`` reports lanes (the road
+            lane nearest the position the car is heading for: where it is, or the end of a lane
+            change in progress). The target must be that lane or a neighbour of it (which may
+            lie past the road edge, like ``lane_direction`` into a missing lane); the car moves
+            to the target lane's centre and the call is classified by the side it moves to
+            (none if it stays in its strip). Off the road the reported lane is the outermost
+            road lane, so from 7 m left of lane 0 on a road with lanes -1 and 0, ``lane_0``,
+            ``lane_-1`` and ``lane_-2`` are valid, and ``lane_-2`` keeps the car where it is.
 
     Raises:
         ValueError: An unknown action type, an out-of-range value, or a lane change with
@@ -248,7 +253,8 @@ class World:
 
         Raises:
             EpisodeFinishedError: If the episode is done (upstream bug B9: no rewards after done).
-            ValueError: A ``target_lane_id`` more than one lane away (nothing is changed).
+            ValueError: A ``target_lane_id`` more than one lane from the reported lane the car is
+                heading for (see `ToolCall`; nothing is changed).
         """
         if self.done:
             raise EpisodeFinishedError(
@@ -272,20 +278,26 @@ class World:
             ctl.cruise_kmh = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
             ctl.release_manual_steer()
         elif kind == "lane_change":
-            # lane-change geometry counts strips past the road edge (Road.lane_at), unlike `lane`
-            base = self.spec.road.lane_at(self.ego.y if ctl.manual_steer else ctl.path_y1)
+            road = self.spec.road
+            heading_y = self.ego.y if ctl.manual_steer else ctl.path_y1  # where the car is heading
+            # Path geometry counts strips past the road edge (Road.lane_at); lane ids the user sends are
+            # numbered as `lane` reports them (Road.nearest_lane), so they never name an unseen lane.
+            strip = road.lane_at(heading_y)
             if call.target_lane_id is not None:
                 target = Road.parse_lane_id(call.target_lane_id)
-                if abs(target - base) > 1:
+                reported = road.nearest_lane(heading_y)
+                if abs(target - reported) > 1:
+                    where = "" if reported == strip else " (the nearest road lane; the car is heading off the road)"
                     raise ValueError(
-                        f"target_lane_id={call.target_lane_id!r}: a lane change moves one lane; the car is heading "
-                        f"for lane_{base}, so choose lane_{base - 1}, lane_{base} or lane_{base + 1}"
+                        f"target_lane_id={call.target_lane_id!r}: a lane change moves one lane from the lane the car "
+                        f"is heading for, lane_{reported}{where}, so choose lane_{reported - 1}, lane_{reported} or "
+                        f"lane_{reported + 1}"
                     )
-                direction = "left" if target < base else "right" if target > base else None
+                direction = "left" if target < strip else "right" if target > strip else None
             else:
                 direction = direction.lower()
-                target = base - 1 if direction == "left" else base + 1
-            ctl.change_lane(self.ego.x, self.ego.y, self.ego.yaw, self.spec.road.lane_centre(target), self.ego.speed)
+                target = strip - 1 if direction == "left" else strip + 1
+            ctl.change_lane(self.ego.x, self.ego.y, self.ego.yaw, road.lane_centre(target), self.ego.speed)
         self.classifier.record(kind, direction, call.steer, call.brake)
 
     def tick(self) -> TickResult:
