@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
-from carla_gym.hints import MissingExtraError, python_command, require_extra, script_command
+from carla_gym.hints import exit_without_extras, python_command, script_command
 from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
 
 DEFAULT_TEXT_MODEL = "Qwen/Qwen3-0.6B"  # TRL's CARLA example (examples/scripts/openenv/carla.py)
@@ -179,11 +179,7 @@ def resolve(args: Args) -> Args:
             again = script_command(__file__, *command_flags(dataclasses.replace(given, overwrite=True)))
             sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it: {again}; or choose another "
                      "--output-dir")
-    for extra in ("grpo", *(("server",) if args.env_urls else ())):
-        try:
-            require_extra(extra)
-        except MissingExtraError as exc:
-            sys.exit(str(exc))
+    exit_without_extras("grpo", *(("server",) if args.env_urls else ()))
     return args
 
 

@@ -122,14 +122,10 @@ def script_path() -> str:
 
 def require_extras(args: Args) -> None:
     """Exit with the install command of the first missing extra the arguments need."""
-    from carla_gym.hints import MissingExtraError, require_extra
+    from carla_gym.hints import exit_without_extras
 
-    needed = ["sb3"] + (["clip"] if args.clip != "none" else []) + (["server"] if args.backend == "openenv" else [])
-    for extra in needed:
-        try:
-            require_extra(extra)
-        except MissingExtraError as exc:
-            sys.exit(str(exc))
+    exit_without_extras("sb3", *(["clip"] if args.clip != "none" else []),
+                        *(["server"] if args.backend == "openenv" else []))
 
 
 def check_args(args: Args, resuming: bool = False, stored: dict | None = None) -> dict:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from agents.records import MAX_EPISODES
 from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
-from carla_gym.hints import MissingExtraError, python_command, require_extra
+from carla_gym.hints import exit_without_extras, python_command
 from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic, write_text_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
@@ -183,11 +183,7 @@ def resolve(args: Args, prog: str = PROG):
                      f"continue the run with its own settings: {resume}; or start another --out")
     needed = {"compare"} | {KIND_EXTRAS[s.kind] for s in specs if s.kind in KIND_EXTRAS}
     needed |= {"server"} if args.backend == "openenv" else set()
-    for extra in sorted(needed):
-        try:
-            require_extra(extra)
-        except MissingExtraError as exc:
-            sys.exit(f"agents.compare: {exc}")
+    exit_without_extras(*sorted(needed), prefix="agents.compare: ")
     return args, specs
 
 

@@ -24,12 +24,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(compare(argv[1:], prog="carla-gym compare"))
     if argv[0] != "serve":
         sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: serve, compare")
-    from carla_gym.hints import MissingExtraError, require_extra
+    from carla_gym.hints import exit_without_extras
 
-    try:
-        require_extra("server")
-    except MissingExtraError as exc:
-        sys.exit(str(exc))
+    exit_without_extras("server")
     from carla_gym.openenv.server import main as serve
 
     serve(argv[1:])

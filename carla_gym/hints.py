@@ -141,6 +141,26 @@ def require_extra(extra: str, modules: tuple[str, ...] | None = None) -> None:
             raise MissingExtraError(missing_extra_message(extra, f"No module named {module!r}"), name=module)
 
 
+def exit_without_extras(*extras: str, prefix: str = "") -> None:
+    """Exit (`SystemExit`) with the install command of the first of ``extras`` that is missing.
+
+    For scripts, before they write anything.
+
+    Args:
+        *extras: Extras of `EXTRA_MODULES`, checked in this order.
+        prefix: Start of the message (e.g. ``"agents.compare: "``).
+
+    Raises:
+        SystemExit: An extra is missing; the message is ``prefix`` + the `MissingExtraError` text.
+        ValueError: An unknown extra.
+    """
+    for extra in extras:
+        try:
+            require_extra(extra)
+        except MissingExtraError as exc:
+            sys.exit(f"{prefix}{exc}")
+
+
 @contextlib.contextmanager
 def needs_extra(extra: str) -> Iterator[None]:
     """Turn a missing third-party module imported in the block into a `MissingExtraError` for ``extra``.

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from carla_gym.backends.base import Backend, Snapshot
 from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.envs import spaces as S
-from carla_gym.openenv.urls import EXAMPLE_URL, check_timeout, check_url
+from carla_gym.openenv.urls import EXAMPLE_URL
 from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.road import lane_centre
@@ -222,11 +222,8 @@ class CarlaTrolleyEnv(gym.Env):
         if backend != "openenv" and remote:
             key, value = next(iter(remote.items()))
             raise ValueError(f"{key}={value!r} is only used with backend='openenv' (got backend={backend!r})")
-        if backend == "openenv":  # before anything else is built, and before the openenv-core import
-            if base_url is None:
-                raise ValueError(f"backend='openenv' needs base_url, e.g. {EXAMPLE_URL!r}; got None")
-            check_url(base_url)
-            remote.update({key: check_timeout(value, key) for key, value in remote.items() if key != "base_url"})
+        if backend == "openenv" and base_url is None:  # OpenEnvBackend checks the URL and timeouts themselves
+            raise ValueError(f"backend='openenv' needs base_url, e.g. {EXAMPLE_URL!r}; got None")
         if reward_frame_size is not None:
             reward_frame_size = check_number("reward_frame_size", reward_frame_size, 16, 1024, integer=True)
             if backend == "openenv":

@@ -95,7 +95,7 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = 
     shutil.rmtree(final, ignore_errors=True)
     replace_durably(tmp, final)  # on disk before `latest` names it and older checkpoints go
     write_text_atomic(folder / "latest", final.name)
-    prune(folder, keep)
+    prune(folder, keep, final)
     return final
 
 
@@ -104,15 +104,13 @@ def _step(path: Path) -> int | None:
     return int(number) if path.name.startswith("step_") and number.isdigit() else None
 
 
-def prune(folder: Path, keep: int) -> None:
-    """Keep the checkpoint ``latest`` names and the ``keep - 1`` before it; only ``latest`` keeps its replay buffer.
+def prune(folder: Path, keep: int, latest: Path) -> None:
+    """Keep ``latest`` (just written and named in ``folder/latest``) and the ``keep - 1`` before it.
 
-    Also removes leftovers of a crash: temporary folders and checkpoints newer than ``latest``
-    (written by a run that crashed before naming them, and replaced when the resumed run gets there).
+    Only ``latest`` keeps its replay buffer. Also removes leftovers of a crash: temporary folders
+    and checkpoints newer than ``latest`` (written by a run that crashed before naming them, and
+    replaced when the resumed run gets there).
     """
-    latest = latest_checkpoint(folder)
-    if latest is None:
-        return
     newest = _step(latest)
     for tmp in folder.glob(".tmp_step_*"):
         shutil.rmtree(tmp, ignore_errors=True)

@@ -176,6 +176,10 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) 
     )
 
 
+_MAX_BETA = math.atan(0.5 * math.tan(C.EGO_MAX_STEER_ANGLE))
+"""Largest slip angle the steering geometry gives [rad] (full steer, centre halfway between the axles)."""
+
+
 def steer_for_course(turn, distance, m=SCALAR):
     """Steer command in [-1, 1] that turns the course by ``turn`` [rad] within one tick.
 
@@ -195,8 +199,7 @@ def steer_for_course(turn, distance, m=SCALAR):
         The steer command, like ``turn``.
     """
     k = distance / (0.5 * C.EGO_WHEELBASE)
-    beta_max = math.atan(0.5 * math.tan(C.EGO_MAX_STEER_ANGLE))
-    beta = m.clip(turn / (1.0 + k), -beta_max, beta_max)
+    beta = m.clip(turn / (1.0 + k), -_MAX_BETA, _MAX_BETA)
     for _ in range(3):
-        beta = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -beta_max, beta_max)
+        beta = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -_MAX_BETA, _MAX_BETA)
     return m.clip(m.atan(2.0 * m.tan(beta)) / C.EGO_MAX_STEER_ANGLE, -1.0, 1.0)
