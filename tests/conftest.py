@@ -1,16 +1,13 @@
-"""Shared test fixtures: the upstream reference data from ../shared."""
+"""Shared test fixtures: the upstream reference data from ../shared, a server process, connection attempts."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import select
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from servers import start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CARLA_GYM_SHARED", REPO.parent / "shared"))
@@ -29,16 +26,22 @@ def upstream_micro() -> dict:
 @pytest.fixture(scope="module")
 def openenv_server_url():
     """URL of a ``carla_gym.server`` process on a free port (16 sessions), for one test module."""
-    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", "0", "--max-sessions", "16"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
-    match = re.search(r"listening on (http://\S+)", proc.stdout.readline() if ready else "")
-    if match is None:
-        proc.kill()
-        proc.wait(timeout=10)
-        proc.stdout.close()
-        pytest.fail("carla_gym.server did not announce itself within 60 s")
-    yield match.group(1)
-    proc.terminate()
-    proc.wait(timeout=10)
-    proc.stdout.close()
+    proc, url = start_server("--max-sessions", "16")
+    yield url
+    stop_server(proc)
+
+
+@pytest.fixture
+def connects(monkeypatch) -> list[tuple[str, float]]:
+    """Every WebSocket connection attempt of the OpenEnv client as ``(url, open_timeout)``; attempts go through."""
+    import openenv.core.env_client as env_client
+
+    attempts = []
+    real = env_client.ws_connect
+
+    def counting(url, **kwargs):
+        attempts.append((url, kwargs["open_timeout"]))
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(env_client, "ws_connect", counting)
+    return attempts

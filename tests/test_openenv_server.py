@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from servers import free_port, start_server
 from websockets.sync.client import connect
 
 from carla_gym.openenv.client import CarlaEnv
@@ -22,16 +23,10 @@ from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState
 from carla_gym.sim import ToolCall, World, resolve_scenario
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A server process: (URL, path of its combined stdout/stderr log)."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
     out = log.open("w")
     proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), "--max-sessions", "48"],
@@ -232,24 +227,14 @@ def test_concurrent_sessions_are_isolated(server_url):
     assert not errors and len(results) == len(names)
 
 
-def test_unreachable_server_fails_fast(monkeypatch):
-    import openenv.core.env_client as env_client
-
-    attempts = []
-    real_connect = env_client.ws_connect
-
-    def counting_connect(url, **kwargs):
-        attempts.append((url, kwargs["open_timeout"]))
-        return real_connect(url, **kwargs)
-
-    monkeypatch.setattr(env_client, "ws_connect", counting_connect)
-    port = _free_port()
+def test_unreachable_server_fails_fast(connects):
+    port = free_port()
     env = CarlaEnv(base_url=f"http://127.0.0.1:{port}", connect_timeout_s=2).sync()
     with pytest.raises(ConnectionError, match=f"could not connect to ws://127.0.0.1:{port}/ws: connection refused"
                        ) as caught:
         env.reset()
     # fast without a clock: one attempt, bounded by the 2 s connect timeout, ended by the OS's refusal
-    assert attempts == [(f"ws://127.0.0.1:{port}/ws", 2)]
+    assert connects == [(f"ws://127.0.0.1:{port}/ws", 2)]
     assert isinstance(caught.value.__cause__.__cause__, ConnectionRefusedError)
     assert CarlaEnv(base_url=f"http://127.0.0.1:{port}/ws/")._ws_url == f"ws://127.0.0.1:{port}/ws"
 
@@ -313,7 +298,7 @@ def test_client_timeout_loses_the_session_until_reset(server_url):
 
 
 def test_server_death_and_restart(tmp_path):
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "carla_gym.server", "--port", str(port)]
 
     def start():
@@ -608,17 +593,8 @@ def test_check_number_fast_path_matches_the_rules():
         check_number("k", 2.0, 0, 10, integer=True)
 
 
-def _start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", str(port), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = proc.stdout.readline()  # the server announces itself once it listens
-    assert f"listening on http://127.0.0.1:{port}" in line, line
-    return proc, f"http://127.0.0.1:{port}"
-
-
 def test_capacity_and_reclaimed_sessions_are_reported():
-    proc, url = _start_server("--max-sessions", "1", "--session-timeout", "1")
+    proc, url = start_server("--max-sessions", "1", "--session-timeout", "1")
     try:
         first = CarlaEnv(base_url=url, message_timeout_s=30).sync()
         first.reset(scenario_name="trolley_saves")

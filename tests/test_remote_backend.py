@@ -19,6 +19,7 @@ import time
 import gymnasium as gym
 import openenv.core.env_client as env_client
 import pytest
+from servers import free_port
 from websockets.sync.server import serve
 
 import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
@@ -29,27 +30,6 @@ from carla_gym.openenv import CarlaEnv
 from carla_gym.openenv.urls import EXAMPLE_URL, TIMEOUT_RANGE_S, check_timeout, check_url, url_problem
 
 WAYS_FORWARD = "or use the embedded simulator, which needs no server (backend='embedded'"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def connects(monkeypatch) -> list[tuple[str, float]]:
-    """Every WebSocket connection attempt as ``(url, open_timeout)``; attempts still go through."""
-    attempts = []
-    real = env_client.ws_connect
-
-    def counting(url, **kwargs):
-        attempts.append((url, kwargs["open_timeout"]))
-        return real(url, **kwargs)
-
-    monkeypatch.setattr(env_client, "ws_connect", counting)
-    return attempts
 
 
 @pytest.fixture

@@ -10,13 +10,12 @@ import asyncio
 import decimal
 import json
 import re
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from servers import start_server, stop_server
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -30,37 +29,16 @@ from carla_gym.sim.scenarios import IGNORED_KEYS, OVERRIDE_KEYS, ConfigIgnoredWa
 from carla_gym.sim.validate import json_safe
 
 
-def _start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "carla_gym.server", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    match = re.search(r"listening on (http://\S+)", proc.stdout.readline())
-    if match is None:
-        proc.kill()
-        proc.wait(timeout=10)
-        pytest.fail("the server did not announce itself")
-    return proc, match.group(1)
-
-
 async def _awaited(method, *args, **kwargs):
     """Call ``method`` inside the running loop (where `CarlaEnv` returns coroutines) and await it."""
     return await method(*args, **kwargs)
-
-
-def _stop(proc: subprocess.Popen) -> str:
-    proc.terminate()
-    try:
-        out, _ = proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate(timeout=10)
-    return out
 
 
 # -- item 1: a reset opens a new session after any server-side end of the session -------------
 
 @pytest.mark.slow
 def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
-    proc, url = _start_server("--session-timeout", "1")
+    proc, url = start_server("--session-timeout", "1")
     loop = asyncio.new_event_loop()
 
     def run(method, *args, **kwargs):  # the async client, awaited on its own event loop
@@ -128,7 +106,7 @@ def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
                 close()
         finally:
             loop.close()
-            out = _stop(proc)
+            out = stop_server(proc)
     assert "Traceback" not in out and "Exception in ASGI application" not in out, out[-3000:]
 
 
@@ -162,9 +140,9 @@ CONFIGS = [
 
 @pytest.fixture(scope="module")
 def server_url():
-    proc, url = _start_server("--max-sessions", "16")
+    proc, url = start_server("--max-sessions", "16")
     yield url
-    _stop(proc)
+    stop_server(proc)
 
 
 @pytest.mark.parametrize(("config", "field"), CONFIGS, ids=[repr(c) for c, _ in CONFIGS])
