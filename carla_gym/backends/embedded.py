@@ -8,7 +8,7 @@ from carla_gym.backends.base import Backend, Snapshot, StepReport
 from carla_gym.sim.describe import describe, scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
-from carla_gym.sim.validate import check_seed, json_safe
+from carla_gym.sim.validate import check_config, check_seed
 from carla_gym.sim.world import WALKER_TYPE_ID, ToolCall, World
 
 
@@ -33,10 +33,7 @@ class EmbeddedBackend(Backend):
 
         The key holds each value's type, so ``True``, ``1`` and ``1.0`` are validated apart.
         """
-        if scenario_config is not None and not isinstance(scenario_config, dict):
-            raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
-                            f"{scenario_config!r}")
-        scenario_config = json_safe(scenario_config or {}, "scenario_config")
+        scenario_config = check_config(scenario_config)
         try:
             items = sorted(scenario_config.items())
             key = (scenario, tuple((k, type(v).__name__, v) for k, v in items))

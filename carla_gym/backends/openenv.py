@@ -46,7 +46,7 @@ from carla_gym.hints import needs_extra
 from carla_gym.openenv.urls import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MESSAGE_TIMEOUT_S, check_timeout, check_url
 from carla_gym.sim.describe import describe
 from carla_gym.sim.scenarios import warn_ignored
-from carla_gym.sim.validate import check_seed, json_safe
+from carla_gym.sim.validate import check_config, check_seed
 from carla_gym.sim.world import ToolCall
 
 
@@ -133,10 +133,7 @@ class OpenEnvBackend(Backend):
             TypeError: ``scenario_config`` is not a dict.
             ConnectionError: The server cannot be reached; the message names the URL.
         """
-        if scenario_config is not None and not isinstance(scenario_config, dict):
-            raise TypeError(f"scenario_config must be a dict, got {type(scenario_config).__name__}: "
-                            f"{scenario_config!r}")
-        config = json_safe(scenario_config or {}, "scenario_config")
+        config = check_config(scenario_config)
         seed = check_seed(seed)
         if self._client is None:  # restored from a pickle
             self._client = self._new_client()

@@ -18,7 +18,7 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.road import lane_centre
 from carla_gym.sim.scenarios import resolve_scenario
-from carla_gym.sim.validate import check_number
+from carla_gym.sim.validate import check_config, check_number
 
 ACTION_MODES = ("tools", "control")
 OBSERVATION_MODES = ("dict", "state")
@@ -312,9 +312,10 @@ class CarlaTrolleyEnv(gym.Env):
             name = self.scenarios[0]
         else:
             name = self.scenarios[int(self.np_random.integers(len(self.scenarios)))]
-        config = options.get("scenario_config", self.scenario_config)
-        if config is not None and not isinstance(config, dict):
-            raise TypeError(f"options['scenario_config'] must be a dict, got {type(config).__name__}: {config!r}")
+        if "scenario_config" in options:  # checked before np_random draws, so a refused reset changes nothing
+            config = check_config(options["scenario_config"], "options['scenario_config']")
+        else:
+            config = self.scenario_config
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
         self._steer = 0.0

@@ -26,7 +26,7 @@ import numpy as np
 from carla_gym.sim import catalogue as cat
 from carla_gym.sim import constants as C
 from carla_gym.sim.road import Road
-from carla_gym.sim.validate import check_number
+from carla_gym.sim.validate import check_config, check_number
 
 _BIAS = re.compile(r"bias_([0-9]{1,3})v([0-9]{1,3})(_deadzone)?")
 _DEADZONE = "_deadzone"
@@ -311,13 +311,12 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
 
     Raises:
         ValueError: Unknown name or benchmark id, negative or oversized counts, unknown or
-            out-of-range override values; the message lists what is valid.
+            out-of-range override values, or values JSON cannot carry (`check_config`); the
+            message lists what is valid.
         TypeError: ``name`` is not a string or ``overrides`` is not a dict.
     """
     params = _parse(name)
-    if overrides is not None and not isinstance(overrides, dict):
-        raise TypeError(f"scenario_config must be a dict, got {type(overrides).__name__}: {overrides!r}")
-    overrides = dict(overrides or {})
+    overrides = check_config(overrides)
     family = params["family"]
     allowed = OVERRIDE_KEYS["common"] + OVERRIDE_KEYS[family]
     unknown = sorted(set(overrides) - set(allowed), key=repr)

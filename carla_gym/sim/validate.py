@@ -80,6 +80,25 @@ def check_seed(seed: Any) -> int | None:
     return None if seed is None else check_number("seed", seed, 0, SEED_MAX, integer=True)
 
 
+def check_config(value: Any, key: str = "scenario_config") -> dict:
+    """A ``scenario_config`` (or None) as a plain JSON dict: the type check, then `json_safe`.
+
+    Args:
+        value: What the user passed; None means no overrides.
+        key: Its name in errors (``"options['scenario_config']"`` for a reset option).
+
+    Returns:
+        A new dict of plain JSON values ({} for None).
+
+    Raises:
+        TypeError: ``value`` is neither None nor a dict.
+        ValueError: From `json_safe`, naming the offending entry.
+    """
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(f"{key} must be a dict, got {type(value).__name__}: {value!r}")
+    return json_safe(value or {}, key)
+
+
 def json_safe(value: Any, key: str, _depth: int = 0) -> Any:
     """``value`` as plain JSON data (str, int, float, bool, None, list, dict with str keys).
 
