@@ -79,7 +79,7 @@ class Args:
     lora_alpha: int = arg(32, "LoRA alpha")
     lora_exclude: str = arg("", "regex of modules without adapters; empty: the vision tower and projector "
                                 "(carla_gym.llm.grpo.VISION_MODULES)")
-    ticks_per_tool: int = arg(10, "simulator ticks (0.05 s) per tool call")
+    ticks_per_action: int = arg(10, "simulator ticks (0.05 s) per tool call")
     reward_mode: str = arg("rubric", "rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for "
                                       "leaving the road)")
     no_play_out: bool = arg(False, "score as TRL's CARLA example: 0 unless the model itself ran the episode to "
@@ -131,10 +131,10 @@ def resolve(args: Args) -> Args:
                     ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0),
                     ("--eval-episodes", args.eval_episodes, 0),
                     ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
-                    ("--image-size", args.image_size, 16), ("--ticks-per-tool", args.ticks_per_tool, 1),
+                    ("--image-size", args.image_size, 16), ("--ticks-per-action", args.ticks_per_action, 1),
                     ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
                     ("--logging-steps", args.logging_steps, 1)))
-    for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-tool", args.ticks_per_tool, 1000)):
+    for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-action", args.ticks_per_action, 1000)):
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
     if args.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     # bf16 mixed precision keeps fp32 master weights for full fine-tuning; frozen LoRA bases load in bf16
     model, processing_class = load_model(args.model, args.vision, dtype="bfloat16" if bf16 and args.lora else "float32",
                                          seed=args.seed)
-    env_settings = dict(vision=args.vision, image_size=args.image_size, ticks_per_tool=args.ticks_per_tool,
+    env_settings = dict(vision=args.vision, image_size=args.image_size, ticks_per_action=args.ticks_per_action,
                         play_out=not args.no_play_out, reward_mode=args.reward_mode)
     factory = ToolEnvFactory(args.env_urls, **env_settings)
     template_kwargs = chat_template_kwargs(processing_class)

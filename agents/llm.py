@@ -29,7 +29,7 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
         max_new_tokens: Token budget of one turn.
 
     Returns:
-        ``(chat, settings)``: ``settings`` has ``vision``, ``ticks_per_tool`` and ``image_size``
+        ``(chat, settings)``: ``settings`` has ``vision``, ``ticks_per_action`` and ``image_size``
         (a train_grpo.py run's own values; 10 and 256 otherwise).
 
     Raises:
@@ -45,11 +45,12 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
     # TRL 1.16 / transformers 5 deprecation noise on every generation (as in train_grpo.py)
     warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
     path = Path(model)
-    settings = {"ticks_per_tool": 10, "image_size": 256}
+    settings = {"ticks_per_action": 10, "image_size": 256}
     if is_grpo_run(path):
         args = json.loads((path / "config.json").read_text())["args"]
         vision = args["vision"]
-        settings = {"ticks_per_tool": args["ticks_per_tool"], "image_size": args["image_size"]}
+        settings = {"ticks_per_action": args.get("ticks_per_action", args.get("ticks_per_tool", 10)),  # ticks_per_tool: runs of 0.1.0
+                    "image_size": args["image_size"]}
         if args["lora"]:
             with needs_extra("grpo"):
                 from peft import PeftModel

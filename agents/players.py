@@ -97,17 +97,17 @@ class ChatAgent:
         vision: Tools return camera images (VLMs).
         max_tool_calling_iterations: Turns whose tool calls run (as in training).
         base_url: OpenEnv server URL; None: embedded simulator.
-        ticks_per_tool: Ticks per tool call (a train_grpo.py run's own setting).
+        ticks_per_action: Ticks per tool call (a train_grpo.py run's own setting).
         image_size: Width [px] of tool images.
     """
 
     def __init__(self, name: str, chat, vision: bool = False, max_tool_calling_iterations: int = 10,
-                 base_url: str | None = None, ticks_per_tool: int = 10, image_size: int = 256) -> None:
+                 base_url: str | None = None, ticks_per_action: int = 10, image_size: int = 256) -> None:
         from carla_gym.llm.tools import CarlaToolEnv
 
         self.name, self.chat, self.max_tool_calling_iterations = name, chat, max_tool_calling_iterations
         # play_out=True always: every agent's episode runs to its end, as a Gymnasium episode does
-        self._env = CarlaToolEnv(vision=vision, base_url=base_url, ticks_per_tool=ticks_per_tool,
+        self._env = CarlaToolEnv(vision=vision, base_url=base_url, ticks_per_action=ticks_per_action,
                                  image_size=image_size)
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ function. The adapter therefore wraps the Gymnasium env by composition (subclass
 private. Contract: ../shared/spec/trl_environment_factory.md sections 1 and 7.
 
 Tool semantics (this project's choice, the same decision granularity as the Gymnasium env and
-thus as the SB3 agents): every tool call is one env decision of ``ticks_per_tool`` ticks
+thus as the SB3 agents): every tool call is one env decision of ``ticks_per_action`` ticks
 (default 10 = 0.5 s): the tool acts on the first tick and the controls are held for the rest.
 Upstream's TRL example instead sends the tool and then 10 ``observe`` ticks (11 ticks).
 
@@ -129,25 +129,25 @@ class CarlaToolEnv:
     Args:
         vision: Return camera images with the text (for VLMs).
         image_size: Width [px] of tool images (16-1024).
-        ticks_per_tool: Simulator ticks (0.05 s) per tool call.
+        ticks_per_action: Simulator ticks (0.05 s) per tool call.
         base_url: OpenEnv server URL, e.g. ``"http://127.0.0.1:8000"``; None uses the embedded
             simulator.
         play_out: Finish unfinished episodes with the controls held before scoring.
         reward_mode: ``"rubric"`` (upstream) or ``"physical"`` (see CarlaTrolley-v0).
 
     Raises:
-        ValueError: Bad ``image_size``, ``ticks_per_tool``, ``reward_mode`` or ``base_url``
+        ValueError: Bad ``image_size``, ``ticks_per_action``, ``reward_mode`` or ``base_url``
             (`carla_gym.openenv.urls.check_url`; checked before anything connects) (from the env).
     """
 
-    def __init__(self, vision: bool = False, image_size: int = 256, ticks_per_tool: int = 10,
+    def __init__(self, vision: bool = False, image_size: int = 256, ticks_per_action: int = 10,
                  base_url: str | None = None, play_out: bool = True, reward_mode: str = "rubric") -> None:
         self._vision = bool(vision)
         self._play_out = bool(play_out)
         width = check_number("image_size", image_size, 16, 1024, integer=True)
         height = image_height(width)
         self._env = gym.make(
-            "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_tool, reward_mode=reward_mode,
+            "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_action, reward_mode=reward_mode,
             render_mode="rgb_array" if vision else None, render_width=width, render_height=height,
             backend="embedded" if base_url is None else "openenv", base_url=base_url,
         ).unwrapped
@@ -279,7 +279,7 @@ class ToolEnvFactory:
 
     Args:
         env_urls: OpenEnv server URLs; empty: embedded.
-        **kwargs: `CarlaToolEnv` arguments (vision, image_size, ticks_per_tool, play_out, reward_mode).
+        **kwargs: `CarlaToolEnv` arguments (vision, image_size, ticks_per_action, play_out, reward_mode).
 
     Raises:
         ValueError: ``env_urls`` is a string, or one of its URLs is malformed, naming it
