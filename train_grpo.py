@@ -134,7 +134,8 @@ def resolve(args: Args) -> Args:
                     ("--image-size", args.image_size, 16), ("--ticks-per-action", args.ticks_per_action, 1),
                     ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
                     ("--logging-steps", args.logging_steps, 1)))
-    for flag, value, high in (("--image-size", args.image_size, 1024), ("--ticks-per-action", args.ticks_per_action, 1000)):
+    for flag, value, high in (("--image-size", args.image_size, 1024),
+                              ("--ticks-per-action", args.ticks_per_action, 1000)):
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
     if args.report_to == "trackio" and importlib.util.find_spec("trackio") is None:

@@ -49,8 +49,8 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
     if is_grpo_run(path):
         args = json.loads((path / "config.json").read_text())["args"]
         vision = args["vision"]
-        settings = {"ticks_per_action": args.get("ticks_per_action", args.get("ticks_per_tool", 10)),  # ticks_per_tool: runs of 0.1.0
-                    "image_size": args["image_size"]}
+        ticks = args.get("ticks_per_action", args.get("ticks_per_tool", 10))  # ticks_per_tool: runs of 0.1.0
+        settings = {"ticks_per_action": ticks, "image_size": args["image_size"]}
         if args["lora"]:
             with needs_extra("grpo"):
                 from peft import PeftModel

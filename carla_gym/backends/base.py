@@ -12,60 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from carla_gym.sim.snapshot import Snapshot
 from carla_gym.sim.world import ToolCall
 
-
-@dataclass(slots=True)
-class Snapshot:
-    """The scene after a reset or a step.
-
-    Attributes:
-        scenario: Scenario name.
-        tick: Ticks simulated this episode.
-        sim_time: Simulated time [s].
-        speed_kmh: Ego speed [km/h].
-        lateral: Ego lateral position relative to the starting lane centre [m], positive right.
-        yaw: Ego heading relative to the road [rad], positive right.
-        lane: Road lane nearest the ego centre (0 = starting lane, -1 = left; `Road.nearest_lane`).
-        left_lane: Whether a drivable lane exists left of ``lane``.
-        right_lane: Whether a drivable lane exists right of ``lane``.
-        actor_forward: Actors within 50 m, nearest first: forward offsets [m].
-        actor_right: Same actors: rightward offsets [m].
-        actor_types: Same actors: CARLA type ids.
-        collided: Whether the ego has hit anything this episode.
-        collided_with: Type id of the first actor hit, or None.
-        road_departure: Whether the ego left the road this episode.
-        trolley_action: Running classification (SWERVE_LEFT, SWERVE_RIGHT, BRAKE, NONE).
-        ticks_left: Ticks until the scenario's deadline or step limit.
-        done: Whether the episode has ended.
-        description: Per-decision text for language models.
-        scene_prompt: Static scenario prompt.
-        outcome: Outcome dict (see `carla_gym.sim.rules.outcome`) once done, else None.
-        camera_size: The scenario's camera (width, height) [px], upstream's capture size.
-    """
-
-    scenario: str
-    tick: int
-    sim_time: float
-    speed_kmh: float
-    lateral: float
-    yaw: float
-    lane: int
-    left_lane: bool
-    right_lane: bool
-    actor_forward: list[float]
-    actor_right: list[float]
-    actor_types: tuple[str, ...]
-    collided: bool
-    collided_with: str | None
-    road_departure: bool
-    trolley_action: str
-    ticks_left: int
-    done: bool
-    description: str
-    scene_prompt: str
-    outcome: dict | None = None
-    camera_size: tuple[int, int] = (640, 360)
+__all__ = ["Backend", "Snapshot", "StepReport"]
 
 
 @dataclass(slots=True)

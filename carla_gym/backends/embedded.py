@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from carla_gym.backends.base import Backend, Snapshot, StepReport
-from carla_gym.sim.describe import describe, scene_prompt
+from carla_gym.backends.base import Backend, StepReport
+from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
+from carla_gym.sim.snapshot import Snapshot, snapshot_of
 from carla_gym.sim.validate import check_config, check_seed
-from carla_gym.sim.world import WALKER_TYPE_ID, ToolCall, World
+from carla_gym.sim.world import ToolCall, World
 
 
 class EmbeddedBackend(Backend):
@@ -89,40 +90,3 @@ class EmbeddedBackend(Backend):
     def render(self, view: str, width: int, height: int, channels_first: bool = False) -> np.ndarray:
         """See `Backend.render`."""
         return render(self._require_world(), view, width, height, channels_first)
-
-
-def snapshot_of(world: World, prompt: str) -> Snapshot:
-    """The `Snapshot` of a world (shared by the embedded backend and the OpenEnv server).
-
-    Args:
-        world: The running world.
-        prompt: Its static scene prompt.
-    """
-    near = world.nearby()
-    lane = world.lane
-    road = world.spec.road
-    types = (WALKER_TYPE_ID,) * len(near)
-    return Snapshot(
-        scenario=world.spec.name,
-        tick=world.tick_count,
-        sim_time=world.time,
-        speed_kmh=world.speed_kmh,
-        lateral=world.ego.y,
-        yaw=world.ego.yaw,
-        lane=lane,
-        left_lane=road.has_lane(lane - 1),
-        right_lane=road.has_lane(lane + 1),
-        actor_forward=[n[2] for n in near],
-        actor_right=[n[3] for n in near],
-        actor_types=types,
-        collided=world.collided,
-        collided_with=world.collided_with,
-        road_departure=world.road_departure,
-        trolley_action=world.trolley_action,
-        ticks_left=world.ticks_left,
-        done=world.done,
-        description=describe(world.speed_kmh, [n[0] for n in near], types, world.collided_with),
-        scene_prompt=prompt,
-        outcome=world.outcome() if world.done else None,
-        camera_size=(world.spec.camera.width, world.spec.camera.height),
-    )

@@ -32,8 +32,8 @@ import math
 import numpy as np
 from gymnasium import spaces
 
-from carla_gym.backends.base import Snapshot
 from carla_gym.sim import constants as C
+from carla_gym.sim.snapshot import Snapshot
 from carla_gym.sim.world import ToolCall
 
 MAX_ACTORS = 8

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from carla_gym.backends.base import Backend, Snapshot
+from carla_gym.backends.base import Backend
 from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.envs import spaces as S
 from carla_gym.openenv.urls import EXAMPLE_URL
@@ -18,6 +18,7 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.road import lane_centre
 from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.snapshot import Snapshot
 from carla_gym.sim.validate import check_config, check_number
 
 ACTION_MODES = ("tools", "control")

@@ -14,7 +14,7 @@ INSTRUCTION = (
     "lets a moment pass while the car drives on, and returns what the car senses then. "
     "Decide what to do, call the tool for it, and stop calling tools once your decision is made."
 )
-"""The user message of every episode (this project's wording; true for any ``ticks_per_action`` and play-out setting)."""
+"""The user message of every episode (this project's wording; true for any ``ticks_per_action`` and play-out)."""
 
 
 def user_prompt() -> list[dict]:

@@ -27,12 +27,12 @@ import numpy as np
 from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
-from carla_gym.backends.embedded import snapshot_of
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.snapshot import snapshot_of
 from carla_gym.sim.validate import check_number, check_seed
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, World
 

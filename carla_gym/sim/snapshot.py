@@ -1,0 +1,104 @@
+"""`Snapshot`: what a simulator reports about the scene after a reset or a step.
+
+Plain data in the ego frame and upstream units, so that the Gymnasium env builds its
+observation, reward and info the same way whatever simulates the scene (the embedded world,
+this project's OpenEnv server, or another OpenEnv CARLA server).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from carla_gym.sim.describe import describe
+from carla_gym.sim.world import WALKER_TYPE_ID, World
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """The scene after a reset or a step.
+
+    Attributes:
+        scenario: Scenario name.
+        tick: Ticks simulated this episode.
+        sim_time: Simulated time [s].
+        speed_kmh: Ego speed [km/h].
+        lateral: Ego lateral position relative to the starting lane centre [m], positive right.
+        yaw: Ego heading relative to the road [rad], positive right.
+        lane: Road lane nearest the ego centre (0 = starting lane, -1 = left; `Road.nearest_lane`).
+        left_lane: Whether a drivable lane exists left of ``lane``.
+        right_lane: Whether a drivable lane exists right of ``lane``.
+        actor_forward: Actors within 50 m, nearest first: forward offsets [m].
+        actor_right: Same actors: rightward offsets [m].
+        actor_types: Same actors: CARLA type ids.
+        collided: Whether the ego has hit anything this episode.
+        collided_with: Type id of the first actor hit, or None.
+        road_departure: Whether the ego left the road this episode.
+        trolley_action: Running classification (SWERVE_LEFT, SWERVE_RIGHT, BRAKE, NONE).
+        ticks_left: Ticks until the scenario's deadline or step limit.
+        done: Whether the episode has ended.
+        description: Per-decision text for language models.
+        scene_prompt: Static scenario prompt.
+        outcome: Outcome dict (see `carla_gym.sim.rules.outcome`) once done, else None.
+        camera_size: The scenario's camera (width, height) [px], upstream's capture size.
+    """
+
+    scenario: str
+    tick: int
+    sim_time: float
+    speed_kmh: float
+    lateral: float
+    yaw: float
+    lane: int
+    left_lane: bool
+    right_lane: bool
+    actor_forward: list[float]
+    actor_right: list[float]
+    actor_types: tuple[str, ...]
+    collided: bool
+    collided_with: str | None
+    road_departure: bool
+    trolley_action: str
+    ticks_left: int
+    done: bool
+    description: str
+    scene_prompt: str
+    outcome: dict | None = None
+    camera_size: tuple[int, int] = (640, 360)
+
+
+
+def snapshot_of(world: World, prompt: str) -> Snapshot:
+    """The `Snapshot` of a world (the embedded backend and the OpenEnv server use this one).
+
+    Args:
+        world: The running world.
+        prompt: Its static scene prompt.
+    """
+    near = world.nearby()
+    lane = world.lane
+    road = world.spec.road
+    types = (WALKER_TYPE_ID,) * len(near)
+    return Snapshot(
+        scenario=world.spec.name,
+        tick=world.tick_count,
+        sim_time=world.time,
+        speed_kmh=world.speed_kmh,
+        lateral=world.ego.y,
+        yaw=world.ego.yaw,
+        lane=lane,
+        left_lane=road.has_lane(lane - 1),
+        right_lane=road.has_lane(lane + 1),
+        actor_forward=[n[2] for n in near],
+        actor_right=[n[3] for n in near],
+        actor_types=types,
+        collided=world.collided,
+        collided_with=world.collided_with,
+        road_departure=world.road_departure,
+        trolley_action=world.trolley_action,
+        ticks_left=world.ticks_left,
+        done=world.done,
+        description=describe(world.speed_kmh, [n[0] for n in near], types, world.collided_with),
+        scene_prompt=prompt,
+        outcome=world.outcome() if world.done else None,
+        camera_size=(world.spec.camera.width, world.spec.camera.height),
+    )
