@@ -57,6 +57,9 @@ README server command and configs)."""
 TOOL_ACTIONS = ("observe", "emergency_stop", "lane_change_left", "lane_change_right")
 """Discrete action index -> tool, for ``action_mode="tools"``."""
 
+TOOL_INDEX = {name: index for index, name in enumerate(TOOL_ACTIONS)}
+"""Tool -> discrete action index (the inverse of `TOOL_ACTIONS`); use it instead of typing indices."""
+
 _TOOL_CALLS = (
     ToolCall("observe"),
     ToolCall("emergency_stop"),
