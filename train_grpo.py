@@ -7,51 +7,81 @@ Usage:
     python train_grpo.py --vision --lora                          # Qwen/Qwen3-VL-2B-Instruct, camera images
     python train_grpo.py --scenario trainable --dataset-size 256  # a suite (carla_gym.suites) or names
     python train_grpo.py --env-urls http://127.0.0.1:8000         # OpenEnv servers instead of the embedded sim
+    python train_grpo.py --config grpo.yaml                       # any flag from a YAML file (TRL's --config)
+
+The command line is TRL's own (`trl.TrlParser` over `Args` and `trl.GRPOConfig`): this project's
+options are the fields of `Args`; every GRPOConfig option (--per-device-train-batch-size,
+--max-completion-length, --learning-rate, --report-to, --beta, ...) is available with TRL's name and
+TRL's default, except where `PROJECT_DEFAULTS` sets this project's documented default, and
+`device_defaults` chooses the precision and device from the machine (bf16 and activation
+checkpointing on CUDA, fp32 on the CPU) unless the flags are given. GRPOConfig checks its own
+values (batch divisibility, at least 2 generations); its refusal names the flags.
 
 Each rollout drives its own `carla_gym.llm.CarlaToolEnv` (tools observe, emergency_stop and
 lane_change; one tool call = 10 ticks = 0.5 s), built by TRL's ``environment_factory``; the
 reward is the episode's rubric reward after the episode is played out
-(`carla_gym.llm.tools.rubric_reward`). Dataset row i plays scenario i mod len(scenarios) with
-seed ``--seed + i``, so all ``--num-generations`` rollouts of a GRPO group start from the same
-state. Defaults follow TRL's CARLA example (Qwen3-0.6B, max_completion_length 1024, thinking
-off); where it is silent they are this project's choices (see the README).
+(`carla_gym.llm.tools.rubric_reward`; --no-play-out scores as TRL's CARLA example). Dataset row i
+plays scenario i mod len(scenarios) with seed ``--seed + i``, so all ``--num-generations``
+rollouts of a GRPO group start from the same state.
 
 Before training it prints one line (`header`): model, LoRA or full fine-tune, text or image tools,
 scenarios, prompts x generations, steps, where rollouts run, device and run directory. One output
-directory holds: config.json (arguments, derived settings, package versions),
+directory holds: config.json (this project's arguments, TRL's GRPOConfig, package versions),
 model/ (the trained model, or only the LoRA adapter with --lora, and the tokenizer/processor),
 train_log.json (TRL's log history: rewards/rubric_reward/mean, tools/call_frequency,
-episode/success, trolley_action/*, ...), tb/ with --report-to tensorboard, eval.jsonl (one line
-per evaluation episode, appended as it finishes), eval.json and eval.csv (per scenario, greedy
-decoding, seeds 10000, 10001, ... as train_sb3.py).
+episode/success, trolley_action/*, ...), tb/ with --report-to tensorboard, and the evaluation.
+
+The evaluation is the comparison harness's (`agents.evaluation`): the trained model (agent
+``grpo``, greedy decoding) and the catalogue oracle (for reference) play --eval-episodes episodes of
+every scenario on env seeds 10000, 10001, ... (comparison seed `agents.evaluation.EVAL_SEED`, as
+train_sb3.py); eval.jsonl holds the records (`agents.records`), appended as each episode
+finishes, and eval.csv / eval.md / eval.json the summary (`agents.summary`). Evaluation episodes
+are always played out to their end and scored with the rubric, like the harness's: --no-play-out
+and --reward-mode change the training reward only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import json
 import os
 import re
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
+from agents.evaluation import EVAL_SEED, play_all, write_summary
+from agents.players import ChatAgent, oracle_agent
+from agents.records import EpisodeLog
+from carla_gym.cli_args import HelpFormatter, arg, check_minimums, check_url
 from carla_gym.hints import exit_without_extras, python_command, script_command
-from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic
+from carla_gym.io import discard_set_aside, set_aside, write_json_atomic
 
 DEFAULT_TEXT_MODEL = "Qwen/Qwen3-0.6B"  # TRL's CARLA example (examples/scripts/openenv/carla.py)
 DEFAULT_VISION_MODEL = "Qwen/Qwen3-VL-2B-Instruct"  # smallest Qwen3-VL; its template renders tool images
-REPORT_TO = ("none", "tensorboard", "trackio")
-EVAL_SEED = 10_000  # as train_sb3.py
+AGENT = "grpo"  # the trained model's name in the evaluation records and summary
+
+PROJECT_DEFAULTS = {
+    "output_dir": "runs/grpo",  # beside train_sb3.py's runs (TRL's default trainer_output)
+    "learning_rate": 1e-5,  # this project's choice (TRL's default 1e-6, its CARLA Gemma example 5e-6)
+    "max_completion_length": 1024,  # TRL's CARLA example (TRL's default 512)
+    "max_tool_calling_iterations": 10,  # TRL's CARLA Gemma example (TRL's default: no limit)
+    "logging_steps": 1,  # a line per optimizer step: runs are short (TRL's default 10)
+    "num_train_epochs": 1,  # --max-steps -1 means one pass over --dataset-size prompts (TRL's default 3)
+    "save_strategy": "no",  # the model is saved once, at the end or on Ctrl-C (TRL's default "steps")
+    "seed": 0,  # also seeds the tiny models and the dataset rows (TRL's default 42)
+    # thinking off, as TRL's CARLA example; templates without that switch (Qwen3-VL) ignore it (TRL's default None)
+    "chat_template_kwargs": {"enable_thinking": False},
+}
+"""GRPOConfig defaults this script changes (the README's Defaults table); every other TRL default stands."""
 
 
 @dataclass
 class Args:
-    """Command-line arguments: each field is a flag (--model, --num-generations, ...)."""
+    """This project's options; TRL's GRPOConfig adds its own (``--help`` lists both)."""
 
     model: str = arg("", f"hub id, local directory, or tiny-random / tiny-random-vl (offline, random weights); "
                          f"empty (default): {DEFAULT_TEXT_MODEL}, or {DEFAULT_VISION_MODEL} with --vision")
@@ -62,55 +92,109 @@ class Args:
                                "micro_deadzone, trainable, probes, mixed, action_bias)")
     dataset_size: int = arg(64, "prompts, i.e. GRPO groups of --num-generations episodes each; row i plays "
                                 "scenario i mod len with seed --seed + i")
-    num_generations: int = arg(8, "rollouts per prompt (GRPO group size, >= 2)")
-    per_device_train_batch_size: int = arg(8, "completions (episodes) per device and micro-step; times "
-                                              "--gradient-accumulation-steps it must be a multiple of "
-                                              "--num-generations")
-    gradient_accumulation_steps: int = arg(1, "micro-batches per optimizer step (TRL's CARLA example: 16)")
-    max_steps: int = arg(-1, "optimizer steps; -1: one pass over the dataset")
-    max_completion_length: int = arg(1024, "token budget of a whole rollout: all assistant turns plus tool "
-                                           "results (TRL's CARLA example: 1024)")
-    max_tool_calling_iterations: int = arg(10, "turns whose tool calls are run per rollout")
-    learning_rate: float = arg(1e-5, "AdamW learning rate")
-    temperature: float = arg(1.0, "sampling temperature of the rollouts")
-    beta: float = arg(0.0, "KL coefficient (0: no reference model, TRL's default)")
     lora: bool = arg(False, "train LoRA adapters on the language model instead of all weights")
     lora_r: int = arg(16, "LoRA rank")
     lora_alpha: int = arg(32, "LoRA alpha")
     lora_exclude: str = arg("", "regex of modules without adapters; empty: the vision tower and projector "
                                 "(carla_gym.llm.grpo.VISION_MODULES)")
     ticks_per_action: int = arg(10, "simulator ticks (0.05 s) per tool call")
-    reward_mode: str = arg("rubric", "rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for "
-                                      "leaving the road)")
-    no_play_out: bool = arg(False, "score as TRL's CARLA example: 0 unless the model itself ran the episode to "
-                                   "its end (default: unfinished episodes are played out with the controls held)")
+    reward_mode: Literal["rubric", "physical"] = arg(
+        "rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for leaving "
+                  "the road); the evaluation always reports the rubric")
+    no_play_out: bool = arg(False, "score training rollouts as TRL's CARLA example: 0 unless the model itself ran the "
+                                   "episode to its end (default: unfinished episodes are played out with the "
+                                   "controls held); evaluation episodes are always played out")
     env_urls: list[str] = arg([], "OpenEnv server URLs (carla-gym serve); rollout i uses URL i mod len; "
                                   "empty: the embedded simulator in this process")
-    report_to: str = arg("none", "logging backend: none, tensorboard (output_dir/tb) or trackio")
-    log_completions: bool = arg(False, "log sampled completions (rich table and parquet in output_dir/completions)")
-    logging_steps: int = arg(1, "optimizer steps between log lines")
     eval_episodes: int = arg(4, "evaluation episodes per scenario after training (0: skip)")
     eval_max_new_tokens: int = arg(256, "token budget of one evaluation turn")
-    seed: int = arg(0, "seed of torch, the tiny models and the dataset rows")
-    output_dir: str = arg("runs/grpo", "output directory")
     overwrite: bool = arg(False, "replace a non-empty output directory written by train_grpo.py")
 
 
-def parse_args(argv: list[str] | None = None) -> Args:
-    """Parse ``argv`` into `Args`."""
-    return Args(**vars(parser_for(Args, description=__doc__.splitlines()[0]).parse_args(argv)))
+def device_defaults() -> dict:
+    """The machine's precision and device: bf16 and activation checkpointing on CUDA (bf16 where supported), else CPU.
 
+    Set as parser defaults, so a flag given on the command line still wins (``--bf16 false``,
+    ``--use-cpu true``, ``--activation-checkpointing true``). TRL's own defaults (bf16 on,
+    checkpointing on) fail on a CPU (bf16) or only slow it down (checkpointing). Checkpointing is set
+    through TRL's ``gradient_checkpointing`` (transformers' deprecated alias, which TRL overrides),
+    so that either flag still sets it.
 
-def resolve(args: Args) -> Args:
-    """Fill the automatic choices (model, LoRA exclusion) and expand suites; exit naming a bad flag.
-
-    A refusal that suggests a command prints it in full, and only where it works.
+    Returns:
+        ``{"use_cpu": bool, "bf16": bool, "gradient_checkpointing": bool}``.
     """
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {"use_cpu": not cuda, "bf16": cuda and torch.cuda.is_bf16_supported(), "gradient_checkpointing": cuda}
+
+
+def make_parser():
+    """TRL's parser over `Args` and GRPOConfig, with `PROJECT_DEFAULTS` and `device_defaults`.
+
+    Raises:
+        SystemExit: Without the ``[grpo]`` extra (names its install command).
+    """
+    exit_without_extras("grpo")
+    from trl import GRPOConfig, TrlParser
+
+    # TRL 1.16 still uses transformers' deprecated gradient-checkpointing names (its default, every generation)
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+
+    parser = TrlParser((Args, GRPOConfig), description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.set_defaults(**PROJECT_DEFAULTS, **device_defaults())
+    return parser
+
+
+def flags_named(message: str) -> str:
+    """``message`` with every option name that holds an underscore written as its flag.
+
+    Single words (``seed``, ``beta``) are left alone: in a message they may be plain English.
+
+    >>> flags_named("generation_batch_size (8) must be divisible by num_generations (3).")
+    '--generation-batch-size (8) must be divisible by --num-generations (3).'
+    """
+    return re.sub(r"(?<![\w-])([a-z]+(?:_[a-z0-9]+)+)\b", lambda m: "--" + m.group(1).replace("_", "-"), message)
+
+
+def parse_args(argv: Sequence[str] | None = None):
+    """Parse ``argv`` (default: the command line) into ``(Args, GRPOConfig)``; exit naming the flags GRPOConfig refuses.
+
+    Raises:
+        SystemExit: A bad value (argparse's message, or GRPOConfig's with its option names as flags).
+    """
+    parser = make_parser()
+    try:
+        args, config, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)
+    except ValueError as exc:
+        note = ""
+        if "generation_batch_size" in str(exc):
+            note = (" (unless given, --generation-batch-size is --per-device-train-batch-size x "
+                    "--gradient-accumulation-steps x processes)")
+        sys.exit(f"train_grpo.py: {flags_named(str(exc))}{note}")
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args, config
+
+
+def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
+    """Fill the automatic choices (model, LoRA exclusion), expand suites, check what TRL does not; exit naming a flag.
+
+    Args:
+        args: This project's options.
+        config: The GRPOConfig (read, not changed).
+        argv: The command line, repeated with ``--overwrite`` in the hint for a non-empty
+            output directory (default: ``sys.argv[1:]``).
+
+    Raises:
+        SystemExit: A bad flag; a refusal that suggests a command prints it in full, and only where it works.
+    """
+    from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
+
     from carla_gym.llm.grpo import VISION_MODULES, is_grpo_run
     from carla_gym.llm.tiny import TINY_MODELS
     from carla_gym.suites import resolve_scenarios
 
-    given = args
     args = dataclasses.replace(args)
     args.model = args.model or (DEFAULT_VISION_MODEL if args.vision else DEFAULT_TEXT_MODEL)
     args.lora_exclude = args.lora_exclude or VISION_MODULES
@@ -120,54 +204,49 @@ def resolve(args: Args) -> Args:
         sys.exit(f"--scenario: {exc}")
     if args.model in TINY_MODELS and (args.model == "tiny-random-vl") != args.vision:
         sys.exit(f"--model {args.model}: use tiny-random without --vision and tiny-random-vl with --vision")
-    if args.report_to not in REPORT_TO:
-        sys.exit(f"--report-to {args.report_to!r}: choose one of {list(REPORT_TO)}")
-    if args.reward_mode not in ("rubric", "physical"):
-        sys.exit(f"--reward-mode {args.reward_mode!r}: choose rubric or physical")
-    check_minimums((("--num-generations", args.num_generations, 2), ("--dataset-size", args.dataset_size, 1),
-                    ("--per-device-train-batch-size", args.per_device_train_batch_size, 1),
-                    ("--gradient-accumulation-steps", args.gradient_accumulation_steps, 1),
-                    ("--max-completion-length", args.max_completion_length, 16),
-                    ("--max-tool-calling-iterations", args.max_tool_calling_iterations, 0),
-                    ("--eval-episodes", args.eval_episodes, 0),
+    available = get_available_reporting_integrations()
+    for name in config.report_to:
+        if name not in INTEGRATION_TO_CALLBACK:
+            sys.exit(f"--report-to {name}: not a logging integration of transformers; choose none, all or one of "
+                     f"{sorted(INTEGRATION_TO_CALLBACK)}")
+        if name not in available:
+            sys.exit(f"--report-to {name}: the {name} package is not installed; install it with: "
+                     f"{python_command('-m', 'pip', 'install', name)}")
+    check_minimums((("--dataset-size", args.dataset_size, 1), ("--image-size", args.image_size, 16),
+                    ("--ticks-per-action", args.ticks_per_action, 1), ("--lora-r", args.lora_r, 1),
+                    ("--lora-alpha", args.lora_alpha, 1), ("--eval-episodes", args.eval_episodes, 0),
                     ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
-                    ("--image-size", args.image_size, 16), ("--ticks-per-action", args.ticks_per_action, 1),
-                    ("--lora-r", args.lora_r, 1), ("--lora-alpha", args.lora_alpha, 1),
-                    ("--logging-steps", args.logging_steps, 1)))
+                    # GRPOConfig values TRL does not check, each of which would fail only after the model loads
+                    ("--per-device-train-batch-size", config.per_device_train_batch_size, 1),
+                    ("--gradient-accumulation-steps", config.gradient_accumulation_steps, 1),
+                    ("--max-completion-length", config.max_completion_length, 16),
+                    ("--max-tool-calling-iterations", config.max_tool_calling_iterations or 0, 0)))
     for flag, value, high in (("--image-size", args.image_size, 1024),
                               ("--ticks-per-action", args.ticks_per_action, 1000)):
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
-    if args.report_to == "trackio" and importlib.util.find_spec("trackio") is None:
-        sys.exit(f"--report-to trackio: the trackio package is not installed; install it with: "
-                 f"{python_command('-m', 'pip', 'install', 'trackio')}")
-    if args.max_steps == 0 or args.max_steps < -1:
-        sys.exit(f"--max-steps {args.max_steps}: must be >= 1, or -1 for one pass over the dataset")
-    generation_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
-    if generation_batch % args.num_generations:
-        sys.exit(f"--per-device-train-batch-size {args.per_device_train_batch_size} x --gradient-accumulation-steps "
-                 f"{args.gradient_accumulation_steps} = {generation_batch} completions per step is not a multiple "
-                 f"of --num-generations {args.num_generations}")
-    groups_per_step = generation_batch // args.num_generations
+    if config.max_steps == 0 or config.max_steps < -1:
+        sys.exit(f"--max-steps {config.max_steps}: must be >= 1, or -1 for one pass over the dataset")
+    if not 0.0 < config.learning_rate < 1.0:
+        sys.exit(f"--learning-rate {config.learning_rate}: must be in (0, 1)")
+    if not config.temperature > 0.0:
+        sys.exit(f"--temperature {config.temperature}: must be > 0")
+    if config.beta < 0.0:
+        sys.exit(f"--beta {config.beta}: must be >= 0")
+    groups_per_step = config.generation_batch_size // config.num_generations  # GRPOConfig checked divisibility
     if args.dataset_size < groups_per_step:
         sys.exit(f"--dataset-size {args.dataset_size}: one step needs {groups_per_step} prompts "
-                 f"({generation_batch} completions / --num-generations {args.num_generations})")
+                 f"({config.generation_batch_size} completions / --num-generations {config.num_generations})")
     if args.dataset_size % groups_per_step:
         print(f"note: TRL drops the last {args.dataset_size % groups_per_step} of --dataset-size {args.dataset_size} "
               f"prompts per pass ({groups_per_step} prompts per step)", file=sys.stderr)
-    if not 0.0 < args.learning_rate < 1.0:
-        sys.exit(f"--learning-rate {args.learning_rate}: must be in (0, 1)")
-    if not args.temperature > 0.0:
-        sys.exit(f"--temperature {args.temperature}: must be > 0")
-    if args.beta < 0.0:
-        sys.exit(f"--beta {args.beta}: must be >= 0")
     try:
         re.compile(args.lora_exclude)
     except re.error as exc:
         sys.exit(f"--lora-exclude {args.lora_exclude!r}: not a regular expression ({exc})")
     for url in args.env_urls:
         check_url(url, embedded="leave out --env-urls")
-    out = Path(args.output_dir)
+    out = Path(config.output_dir)
     if out.exists() and not out.is_dir():
         sys.exit(f"--output-dir {out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()):
@@ -177,10 +256,10 @@ def resolve(args: Args) -> Args:
             sys.exit(f"{what} is not a train_grpo.py run directory (its config.json does not say script: "
                      "train_grpo.py); choose another --output-dir")
         if not args.overwrite:
-            again = script_command(__file__, *command_flags(dataclasses.replace(given, overwrite=True)))
+            again = script_command(__file__, *(sys.argv[1:] if argv is None else argv), "--overwrite")
             sys.exit(f"{out} is not empty; pass --overwrite to replace the run in it: {again}; or choose another "
                      "--output-dir")
-    exit_without_extras("grpo", *(("server",) if args.env_urls else ()))
+    exit_without_extras(*(("server",) if args.env_urls else ()))
     return args
 
 
@@ -197,82 +276,71 @@ def versions() -> dict[str, str]:
     return out
 
 
-def header(args: Args, device: str) -> str:
+def header(args: Args, config) -> str:
     """The line printed before training: what is trained on what, on which device, and where the run goes.
 
     Args:
         args: Resolved arguments (`resolve`).
-        device: ``"cuda (bf16)"``, ``"cuda (fp32)"`` or ``"cpu (fp32)"``.
+        config: The GRPOConfig: generations, steps, device (``cuda``/``cpu``), bf16 and output directory.
     """
     from carla_gym.llm.tools import image_height
 
     how = f"LoRA r={args.lora_r} alpha={args.lora_alpha}" if args.lora else "full fine-tune"
     tools = f"camera images {args.image_size}x{image_height(args.image_size)} + text" if args.vision else "text"
-    steps = "one pass" if args.max_steps == -1 else f"{args.max_steps} step(s)"
+    steps = "one pass" if config.max_steps == -1 else f"{config.max_steps} step(s)"
     more = len(args.scenario) > 3
     scenarios = ", ".join(args.scenario[:3]) + (f", ... ({len(args.scenario)} in all)" if more else "")
     env = f"OpenEnv servers {', '.join(args.env_urls)}" if args.env_urls else "the embedded simulator"
+    device = f"{config.device.type} ({'bf16' if config.bf16 else 'fp32'})"
     return (f"training {args.model} with GRPO ({how}, {tools} tools) on {scenarios}: {args.dataset_size} prompts x "
-            f"{args.num_generations} generations, {steps}, rollouts on {env}; device {device}; run directory "
-            f"{args.output_dir}")
+            f"{config.num_generations} generations, {steps}, rollouts on {env}; device {device}; run directory "
+            f"{config.output_dir}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Train, save, evaluate. Returns the exit code (0; 130 after Ctrl-C, with what was done saved)."""
-    args = resolve(parse_args(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" notice
-    # TRL 1.16 still calls transformers' deprecated gradient-checkpointing names on every generation
-    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
+    args, config = parse_args(argv)
+    args = resolve(args, config, argv)
 
-    import torch
     from datasets import Dataset
+    from torch.utils.tensorboard import SummaryWriter
     from transformers import set_seed
-    from trl import GRPOConfig
+    from transformers.integrations import TensorBoardCallback
 
-    from carla_gym.llm.grpo import CarlaGRPOTrainer, chat_template_kwargs, load_model, lora_config
+    from carla_gym.llm.grpo import CarlaGRPOTrainer, load_model, lora_config
     from carla_gym.llm.prompts import episode_rows
     from carla_gym.llm.tools import ToolEnvFactory, rubric_reward
 
-    cuda = torch.cuda.is_available()
-    bf16 = cuda and torch.cuda.is_bf16_supported()
-    out = Path(args.output_dir)
-    print(header(args, f"{'cuda' if cuda else 'cpu'} ({'bf16' if bf16 else 'fp32'})"), flush=True)
-    set_seed(args.seed)
+    ################ model and environments
+    out = Path(config.output_dir)
+    print(header(args, config), flush=True)
+    set_seed(config.seed)
     # bf16 mixed precision keeps fp32 master weights for full fine-tuning; frozen LoRA bases load in bf16
-    model, processing_class = load_model(args.model, args.vision, dtype="bfloat16" if bf16 and args.lora else "float32",
-                                         seed=args.seed)
-    env_settings = dict(vision=args.vision, image_size=args.image_size, ticks_per_action=args.ticks_per_action,
-                        play_out=not args.no_play_out, reward_mode=args.reward_mode)
-    factory = ToolEnvFactory(args.env_urls, **env_settings)
-    template_kwargs = chat_template_kwargs(processing_class)
-    tb_dir = os.environ.get("TENSORBOARD_LOGGING_DIR")
-    try:
+    model, processing_class = load_model(args.model, args.vision, seed=config.seed,
+                                         dtype="bfloat16" if config.bf16 and args.lora else "float32")
+    ################ train
+    with ToolEnvFactory(args.env_urls, vision=args.vision, image_size=args.image_size,
+                        ticks_per_action=args.ticks_per_action, play_out=not args.no_play_out,
+                        reward_mode=args.reward_mode) as factory:  # closes the environments: TRL never does
         if out.exists() and args.overwrite:  # kept aside until this run has a trained model
             set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
-        if args.report_to == "tensorboard":
-            os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "tb")  # transformers 5 has no logging_dir argument
-        config = GRPOConfig(
-            output_dir=str(out), per_device_train_batch_size=args.per_device_train_batch_size,
-            gradient_accumulation_steps=args.gradient_accumulation_steps, num_generations=args.num_generations,
-            max_completion_length=args.max_completion_length,
-            max_tool_calling_iterations=args.max_tool_calling_iterations, learning_rate=args.learning_rate,
-            temperature=args.temperature, beta=args.beta, max_steps=args.max_steps, num_train_epochs=1,
-            logging_steps=args.logging_steps, save_strategy="no", seed=args.seed,
-            report_to=[] if args.report_to == "none" else [args.report_to], log_completions=args.log_completions,
-            bf16=bf16, use_cpu=not cuda, activation_checkpointing=cuda, chat_template_kwargs=template_kwargs or None,
-        )
         write_json_atomic(out / "config.json", {
-            "script": "train_grpo.py", "args": dataclasses.asdict(args), "versions": versions(),
-            "device": "cuda" if cuda else "cpu", "bf16": bf16, "generation_batch_size": config.generation_batch_size,
-            "chat_template_kwargs": template_kwargs, "model_dir": "model",
+            "script": "train_grpo.py", "args": dataclasses.asdict(args), "grpo_config": config.to_dict(),
+            "versions": versions(), "device": config.device.type, "bf16": config.bf16,
+            "generation_batch_size": config.generation_batch_size, "model_dir": "model",
         })
         trainer = CarlaGRPOTrainer(
             model=model, reward_funcs=[rubric_reward], args=config,
-            train_dataset=Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, args.seed)),
+            train_dataset=Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, config.seed)),
             processing_class=processing_class, environment_factory=factory,
             peft_config=lora_config(args.lora_r, args.lora_alpha, args.lora_exclude, model) if args.lora else None,
         )
+        if "tensorboard" in config.report_to:  # transformers 5 logs to output_dir/runs/<date>; this run's tb/ instead
+            trainer.remove_callback(TensorBoardCallback)
+            trainer.add_callback(TensorBoardCallback(SummaryWriter(log_dir=str(out / "tb"))))
         interrupted = False
         start = time.perf_counter()
         try:
@@ -281,12 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             interrupted = True
             print(f"\ninterrupted at step {trainer.state.global_step}; saving the model so far", file=sys.stderr)
         train_time = time.perf_counter() - start
-    finally:
-        factory.close()  # TRL never closes its environments
-        if tb_dir is None:
-            os.environ.pop("TENSORBOARD_LOGGING_DIR", None)
-        else:
-            os.environ["TENSORBOARD_LOGGING_DIR"] = tb_dir
+    ################ save
     trainer.save_model(str(out / "model"))
     processing_class.save_pretrained(str(out / "model"))
     write_json_atomic(out / "train_log.json", {"train_time_s": train_time, "global_step": trainer.state.global_step,
@@ -297,45 +360,48 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     if args.eval_episodes == 0:
         return 0
-    return evaluate(args, trainer, env_settings, template_kwargs)
+    return evaluate(args, config, trainer)
 
 
-def evaluate(args: Args, trainer, env_settings: dict, template_kwargs: dict) -> int:
-    """Greedy episodes of every scenario; eval.jsonl as they finish, then eval.json/eval.csv and the table."""
-    from carla_gym.llm.rollout import UNFINISHED, TransformersChat, evaluate_chat, markdown_table, summarize
-    from carla_gym.llm.tools import CarlaToolEnv
-    from carla_gym.sim.catalogue import TROLLEY_ACTIONS
+def evaluate(args: Args, config, trainer) -> int:
+    """The trained model and the oracle on every scenario (`agents.evaluation`); eval.jsonl, eval.csv/md/json.
 
-    out = Path(args.output_dir)
+    Returns:
+        0, or 130 after Ctrl-C (the episodes played so far are summarised).
+    """
+    from carla_gym.llm.rollout import TransformersChat
+
+    out = Path(config.output_dir)
     trainer.model.eval()
     chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
-                            chat_template_kwargs=template_kwargs)
-    env = CarlaToolEnv(base_url=args.env_urls[0] if args.env_urls else None, **env_settings)
-    seeds = range(EVAL_SEED, EVAL_SEED + args.eval_episodes)
+                            chat_template_kwargs=config.chat_template_kwargs or {})
+    url = args.env_urls[0] if args.env_urls else None
+    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations  # TRL's
+    agents = [ChatAgent(AGENT, chat, vision=args.vision, max_tool_calling_iterations=turns, base_url=url,
+                        ticks_per_action=args.ticks_per_action, image_size=args.image_size),
+              oracle_agent({"ticks_per_action": args.ticks_per_action,
+                            **({"backend": "openenv", "base_url": url} if url else {})})]
+    log = EpisodeLog(out / "eval.jsonl")
+    log.path.unlink(missing_ok=True)
     records: list[dict] = []
-    (out / "eval.jsonl").unlink(missing_ok=True)
-    code = 0
-    with open(out / "eval.jsonl", "a") as log:
-        def write(record: dict) -> None:
-            records.append(record)
-            log.write(json.dumps(record) + "\n")
-            log.flush()
 
-        try:
-            evaluate_chat(chat, env, args.scenario, seeds, args.max_tool_calling_iterations, write)
-        except KeyboardInterrupt:
-            print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
-            code = 130
-        finally:
-            env._close()
-    summary = summarize(records)
-    write_json_atomic(out / "eval.json", summary)
-    header = ["scenario", "episodes", "success_rate", "mean_reward", "pedestrians_hit", "tool_calls",
-              "tool_failures", "parse_failures", *TROLLEY_ACTIONS, UNFINISHED]
-    write_csv_atomic(out / "eval.csv", header, [[name, *(s[k] for k in header[1:8]),
-                                                 *(s["actions"].get(a, 0) for a in header[8:])]
-                                                for name, s in summary.items()])
-    print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy):\n{markdown_table(summary)}")
+    def keep(record: dict) -> None:
+        log.append(record)
+        records.append(record)
+
+    code = 0
+    try:
+        play_all(agents, args.scenario, [EVAL_SEED], args.eval_episodes, on_record=keep)
+    except KeyboardInterrupt:
+        print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
+        code = 130
+    finally:
+        for agent in agents:
+            agent.close()
+    write_summary(records, [agent.name for agent in agents], args.scenario, out, "eval",
+                  extra={"script": "train_grpo.py", "model": args.model, "global_step": trainer.state.global_step})
+    print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; the oracle for reference):\n"
+          f"{(out / 'eval.md').read_text()}")
     return code
 
 

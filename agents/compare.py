@@ -1,4 +1,4 @@
-r"""Compare agents on the same scenarios, seeds and metrics: ``python -m agents.compare`` (or ``carla-gym compare``).
+r"""Compare agents on the same scenarios, seeds and metrics: ``python -m agents.compare``, ``carla-gym-compare``.
 
 Usage:
     python -m agents.compare                                    # scripted agents, full trolley suite
@@ -9,11 +9,12 @@ Usage:
 
 Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
 scored with upstream's rubric. Writes into ``--out``: config.json, episodes.jsonl (one record per
-episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md and
-summary.csv (per agent and scenario, with 95% intervals; framing consistency; only the ``all``
-rows are printed), the plots
+episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md,
+summary.csv and summary.json (per agent and scenario, with 95% intervals; framing consistency;
+only the ``all`` rows are printed; `agents.evaluation.write_summary`), the plots
 success_by_scenario.png, actions.png and casualties.png, and with ``--videos`` GIFs under
 videos/ (captioned with agent, outcome, tick, action and speed). Agent specs are listed in `agents.specs`.
+The same command is ``carla-gym compare`` (the ``carla-gym`` console script runs ``carla-gym-<command>``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pathlib import Path
 from agents.records import MAX_EPISODES
 from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
 from carla_gym.hints import exit_without_extras, python_command
-from carla_gym.io import discard_set_aside, set_aside, write_csv_atomic, write_json_atomic, write_text_atomic
+from carla_gym.io import discard_set_aside, set_aside, write_json_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
 PROG = "python -m agents.compare"
@@ -74,14 +75,25 @@ def parse_args(argv: list[str] | None = None, prog: str = PROG) -> Args:
 def command(args: Args, prog: str = PROG, **changes) -> str:
     """The shell command that runs the comparison ``args`` (with ``changes``), as hints print it.
 
-    ``carla-gym compare ...`` when ``prog`` says so and that console script is this environment's,
-    else ``python -m agents.compare ...`` with this interpreter (`carla_gym.hints.python_command`).
+    ``carla-gym compare ...`` or ``carla-gym-compare ...`` when ``prog`` says so and that console
+    script is this environment's, else ``python -m agents.compare ...`` with this interpreter
+    (`carla_gym.hints.python_command`).
     """
     flags = command_flags(dataclasses.replace(args, **changes))
-    script = shutil.which("carla-gym")
-    if prog.startswith("carla-gym") and script and Path(script).parent == Path(sys.executable).parent:
-        return shlex.join(["carla-gym", "compare", *flags])
+    words = prog.split()
+    script = shutil.which(words[0])
+    if words[0].startswith("carla-gym") and script and Path(script).parent == Path(sys.executable).parent:
+        return shlex.join([*words, *flags])
     return python_command("-m", "agents.compare", *flags)
+
+
+def invoked_as() -> str:
+    """How this process was started, as a ``prog``: ``carla-gym-compare``, ``carla-gym compare`` or `PROG`.
+
+    The ``carla-gym`` console script sets ``sys.argv[0]`` to ``carla-gym compare`` (`carla_gym.cli`).
+    """
+    name = Path(sys.argv[0]).name
+    return name if name.startswith("carla-gym") else PROG
 
 
 def saved_config(out: Path) -> dict | None:
@@ -219,10 +231,17 @@ def _play(spec, base_url, settings, scenario, seed, episode) -> dict:
     return _AGENTS[key].play(scenario, seed, episode)
 
 
-def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    """Run the comparison; returns the exit code (130 after Ctrl-C: finished episodes are kept)."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run the comparison; returns the exit code (130 after Ctrl-C: finished episodes are kept).
+
+    Args:
+        argv: The flags; None: ``sys.argv[1:]`` (the console script ``carla-gym-compare``).
+        prog: The command's name in usage and hints; None: `invoked_as` for ``sys.argv``, else `PROG`.
+    """
     import fcntl
 
+    if prog is None:
+        prog = invoked_as() if argv is None else PROG
     given = parse_args(argv, prog)
     args, specs = resolve(given, prog)
     out = Path(args.out)
@@ -237,6 +256,23 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         return _run(args, specs, out, command(given, prog, resume=True, overwrite=False))
 
 
+class _Deferred:
+    """An agent of the sequential part, built on its first episode (a model loads only if it has one to play)."""
+
+    def __init__(self, spec, base_url: str | None, settings: dict) -> None:
+        self.name, self._spec, self._base_url, self._settings = spec.label, spec, base_url, settings
+
+    def play(self, scenario: str, seed: int, episode: int) -> dict:
+        """Play one episode (`_play`: the agent is built once)."""
+        return _play(self._spec, self._base_url, self._settings, scenario, seed, episode)
+
+    def close(self) -> None:
+        """Free the agent (its model, its environment)."""
+        agent = _AGENTS.pop((self._spec, self._base_url), None)
+        if agent is not None:
+            agent.close()
+
+
 def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     """Play the missing episodes, then write the summary, plots and videos (``main`` holds the lock).
 
@@ -244,9 +280,10 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     """
     import multiprocessing
 
+    from agents.evaluation import play_all, write_summary
     from agents.records import EpisodeLog, key_of
     from agents.specs import ticks_per_decision
-    from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows
+    from agents.summary import framing_consistency, markdown
 
     log = EpisodeLog(out / "episodes.jsonl")
     try:
@@ -264,7 +301,12 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(todo), unit="ep", disable=not (args.progress_bar or sys.stderr.isatty()))
-    pool = None
+
+    def finished(record: dict) -> None:
+        log.append(record)
+        bar.update()
+
+    pool, sequential = None, specs
     try:
         parallel = [t for t in todo if t[0].parallel]
         if args.workers > 1 and parallel:
@@ -272,18 +314,16 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
                                        initializer=_worker_init)
             pending = {pool.submit(_play, spec, agent_urls[spec.label], settings, *rest) for spec, *rest in parallel}
             while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    log.append(future.result())
-                    bar.update()
-            todo = [t for t in todo if not t[0].parallel]
-        for i, (spec, *rest) in enumerate(todo):
-            log.append(_play(spec, agent_urls[spec.label], settings, *rest))
-            bar.update()
-            if i + 1 == len(todo) or todo[i + 1][0] != spec:  # free a model once its episodes are done
-                agent = _AGENTS.pop((spec, agent_urls[spec.label]), None)
-                if agent is not None:
-                    agent.close()
+                completed, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in completed:
+                    finished(future.result())
+            sequential = [spec for spec in specs if not spec.parallel]
+        for spec in sequential:  # one agent at a time, freed once its episodes are done
+            agent = _Deferred(spec, agent_urls[spec.label], settings)
+            try:
+                play_all([agent], args.scenario, args.seeds, args.episodes, on_record=finished, skip=done)
+            finally:
+                agent.close()
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished episodes are in {log.path}; continue with: {resume}", file=sys.stderr)
         return 130
@@ -299,10 +339,8 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     wanted = {(s.label, sc, seed, e) for s in specs for sc in args.scenario for seed in args.seeds
               for e in range(args.episodes)}
     records = [r for r in log.read() if key_of(r) in wanted]
-    rows = summary_rows(records, labels, args.scenario)
+    rows = write_summary(records, labels, args.scenario, out, "summary")
     consistency = framing_consistency(records, labels)
-    write_csv_atomic(out / "summary.csv", COLUMNS, csv_rows(rows))
-    write_text_atomic(out / "summary.md", markdown(rows, consistency))
     from agents.plots import plot_all
 
     plot_all(rows, out)
@@ -321,8 +359,8 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     print(markdown([r for r in rows if r["scenario"] == "all"], consistency))
     print(f"the 'all' rows above pool each agent's {len(args.scenario)} scenario(s); the {len(rows) - len(labels)} "
           f"per-scenario rows are in {out / 'summary.md'} and summary.csv")
-    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, actions.png, "
-          "casualties.png" + (", videos/" if args.videos else ""))
+    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, success_by_scenario.png, "
+          "actions.png, casualties.png" + (", videos/" if args.videos else ""))
     return 0
 
 

@@ -47,7 +47,8 @@ def load_local_chat(model: str, vision: bool | None = None, max_new_tokens: int 
     path = Path(model)
     settings = {"ticks_per_action": 10, "image_size": 256}
     if is_grpo_run(path):
-        args = json.loads((path / "config.json").read_text())["args"]
+        saved = json.loads((path / "config.json").read_text())
+        args = {**saved.get("grpo_config", {}), **saved["args"]}  # TRL's options beside the project's (before: in args)
         vision = args["vision"]
         ticks = args.get("ticks_per_action", args.get("ticks_per_tool", 10))  # ticks_per_tool: runs of 0.1.0
         settings = {"ticks_per_action": ticks, "image_size": args["image_size"]}

@@ -7,6 +7,8 @@ plays the episode to its end and reports the outcome and what it did.
 - `GymAgent`: a policy ``act(observation, info) -> action`` (scripted, random, SB3) stepping
   `CarlaTrolley-v0` (rubric reward, 10 ticks per decision unless the SB3 run trained with another
   value).
+- `oracle_agent`: the catalogue oracle (`agents.scripted.OracleAgent`) as a `GymAgent`, the
+  reference beside a trained model in the training scripts' evaluations.
 - `ChatAgent`: a `carla_gym.llm.rollout.ChatPolicy` (local transformers model or an
   OpenAI-compatible endpoint) calling the tools of `carla_gym.llm.CarlaToolEnv`, with the same
   instruction, tools and play-out as `train_grpo.py`.
@@ -14,6 +16,7 @@ plays the episode to its end and reports the outcome and what it did.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import zlib
 from typing import Any
@@ -23,6 +26,7 @@ import numpy as np
 
 import carla_gym  # noqa: F401  (registers the env ids)
 from agents.records import episode_seed, outcome_record
+from agents.scripted import OracleAgent
 from carla_gym.envs.spaces import TOOL_ACTIONS
 
 
@@ -61,10 +65,11 @@ class GymAgent:
     def __init__(self, name: str, policy, env_kwargs: dict | None = None) -> None:
         self.name, self.policy = name, policy
         self.env_kwargs = {**(env_kwargs or {}), "reward_mode": "rubric"}
+        self.env_kwargs.pop("scenario", None)  # set per episode
         self._env = None
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
-        """Play one episode; see the module docstring."""
+        """Play one episode; see the module docstring. The environment is made on the first call."""
         if self._env is None:
             self._env = gym.make("CarlaTrolley-v0", scenario=scenario, **self.env_kwargs)
         start = time.perf_counter()
@@ -83,9 +88,26 @@ class GymAgent:
                               time.perf_counter() - start)
 
     def close(self) -> None:
-        """Close the environment."""
+        """Close the environment (a later `play` makes a new one)."""
         if self._env is not None:
             self._env.close()
+            self._env = None
+
+
+def oracle_agent(env_kwargs: dict | None = None, name: str = "oracle") -> GymAgent:
+    """The catalogue oracle (`agents.scripted.OracleAgent`) in the env of ``env_kwargs``, for reference.
+
+    It acts on the state vector with tool actions whatever the evaluated agent observes and does,
+    with the same ticks per action, backend and ``scenario_config`` (``steer_smoothing``, which
+    only shapes control actions, is dropped).
+
+    Args:
+        env_kwargs: The evaluated agent's `gym.make` keyword arguments.
+        name: Label in the results.
+    """
+    kwargs = {key: value for key, value in (env_kwargs or {}).items() if key != "steer_smoothing"}
+    kwargs.update(observation_mode="state", action_mode="tools")
+    return GymAgent(name, OracleAgent(kwargs.get("scenario_config")), kwargs)
 
 
 class ChatAgent:
@@ -107,8 +129,9 @@ class ChatAgent:
 
         self.name, self.chat, self.max_tool_calling_iterations = name, chat, max_tool_calling_iterations
         # play_out=True always: every agent's episode runs to its end, as a Gymnasium episode does
-        self._env = CarlaToolEnv(vision=vision, base_url=base_url, ticks_per_action=ticks_per_action,
-                                 image_size=image_size)
+        self._resources = contextlib.ExitStack()  # CarlaToolEnv closes as a context manager (no close tool)
+        self._env = self._resources.enter_context(CarlaToolEnv(
+            vision=vision, base_url=base_url, ticks_per_action=ticks_per_action, image_size=image_size))
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
         """Play one episode; see the module docstring."""
@@ -124,4 +147,4 @@ class ChatAgent:
 
     def close(self) -> None:
         """Close the environment."""
-        self._env._close()
+        self._resources.close()

@@ -1,4 +1,4 @@
-"""Load a run directory written by ``train_sb3.py`` as a policy for the comparison harness."""
+"""SB3 models as `agents.players.GymAgent` policies: in memory (`ModelPolicy`) or a train_sb3.py run (`SB3Policy`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,26 @@ def _describe(space) -> str:
     return str(space)
 
 
-class SB3Policy:
-    """A trained PPO or SAC model acting deterministically, in the env it was trained in.
+class ModelPolicy:
+    """An SB3 model in memory acting deterministically: a policy for `agents.players.GymAgent`.
+
+    ``train_sb3.py`` evaluates the model it is training with it (no save and load in between).
+
+    Args:
+        model: A `stable_baselines3` model (``predict``), e.g. PPO or SAC.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def act(self, observation, info: dict):
+        """The model's deterministic action (an int for tool actions, a float32 array for control)."""
+        action, _ = self.model.predict(observation, deterministic=True)
+        return int(action) if np.ndim(action) == 0 else np.asarray(action, dtype=np.float32)
+
+
+class SB3Policy(ModelPolicy):
+    """A trained PPO or SAC model loaded from a run directory, acting deterministically in the env it was trained in.
 
     Args:
         run_dir: Directory with ``config.json`` and ``model.zip`` (train_sb3.py's output).
@@ -59,7 +77,7 @@ class SB3Policy:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{run / 'config.json'}: not the config.json of a train_sb3.py run (missing {exc}); "
                              "sb3:<dir> takes a run directory written by train_sb3.py") from None
-        self.model = (PPO if config["args"]["algo"] == "ppo" else SAC).load(run / "model.zip", device="cpu")
+        super().__init__((PPO if config["args"]["algo"] == "ppo" else SAC).load(run / "model.zip", device="cpu"))
         env = gym.make("CarlaTrolley-v0", **self.env_kwargs)
         try:
             for what, built, trained in (("observation", env.observation_space, self.model.observation_space),
@@ -72,8 +90,3 @@ class SB3Policy:
                                      "of train_sb3.py")
         finally:
             env.close()
-
-    def act(self, observation, info: dict):
-        """The model's deterministic action (an int for tool actions, a float32 array for control)."""
-        action, _ = self.model.predict(observation, deterministic=True)
-        return int(action) if np.ndim(action) == 0 else np.asarray(action, dtype=np.float32)

@@ -1,16 +1,21 @@
 """Scripted agents: fixed tool policies and the catalogue oracle.
 
 Each agent maps ``(observation, info)`` to an action of `CarlaTrolley-v0` in ``tools`` mode
-(``0 observe, 1 emergency_stop, 2 lane_change_left, 3 lane_change_right``). The decision is
+(tool indices from `carla_gym.envs.spaces.TOOL_INDEX`). The decision is
 taken on the first step; later steps observe, so the classification is the decision.
 """
 
 from __future__ import annotations
 
+from carla_gym.envs.spaces import TOOL_INDEX
 from carla_gym.sim import rules
 from carla_gym.sim.scenarios import ScenarioSpec, resolve_scenario
 
-ACTION_FOR_CLASS = {"NONE": 0, "BRAKE": 1, "SWERVE_LEFT": 2, "SWERVE_RIGHT": 3}
+OBSERVE = TOOL_INDEX["observe"]
+"""The tool index that leaves the car to the scenario (every step after the first)."""
+
+ACTION_FOR_CLASS = {"NONE": OBSERVE, "BRAKE": TOOL_INDEX["emergency_stop"],
+                    "SWERVE_LEFT": TOOL_INDEX["lane_change_left"], "SWERVE_RIGHT": TOOL_INDEX["lane_change_right"]}
 """Tool index that produces each trolley action class."""
 
 _PREFERENCE = ("NONE", "BRAKE", "SWERVE_LEFT", "SWERVE_RIGHT")
@@ -39,7 +44,7 @@ class ScriptedAgent:
 
     def act(self, observation, info: dict) -> int:
         """Action for this step (``info`` is the latest info dict from reset or step)."""
-        return self.first_action if info["tick"] == 0 else 0
+        return self.first_action if info["tick"] == 0 else OBSERVE
 
 
 class OracleAgent:
@@ -55,16 +60,16 @@ class OracleAgent:
     def act(self, observation, info: dict) -> int:
         """Action for this step."""
         if info["tick"] != 0:
-            return 0
+            return OBSERVE
         spec = resolve_scenario(info["scenario"], self.scenario_config)
         return ACTION_FOR_CLASS[best_trolley_action(spec)]
 
 
 SCRIPTED_AGENTS = {
-    "inaction": lambda: ScriptedAgent(0),
-    "brake": lambda: ScriptedAgent(1),
-    "swerve_left": lambda: ScriptedAgent(2),
-    "swerve_right": lambda: ScriptedAgent(3),
+    "inaction": lambda: ScriptedAgent(ACTION_FOR_CLASS["NONE"]),
+    "brake": lambda: ScriptedAgent(ACTION_FOR_CLASS["BRAKE"]),
+    "swerve_left": lambda: ScriptedAgent(ACTION_FOR_CLASS["SWERVE_LEFT"]),
+    "swerve_right": lambda: ScriptedAgent(ACTION_FOR_CLASS["SWERVE_RIGHT"]),
     "oracle": OracleAgent,
 }
 """Factories of the scripted agents by name."""

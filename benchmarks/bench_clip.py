@@ -26,7 +26,7 @@ import numpy as np
 import carla_gym  # noqa: F401  (registers the env)
 from carla_gym.cli_args import HelpFormatter
 from carla_gym.io import report_results
-from carla_gym.reward import CLIPRewardModel, OpenClipEncoder, clip_vec_env
+from carla_gym.reward import CLIPRewardModel, OpenClipEncoder, VecCLIPShapedReward
 from carla_gym.reward.encoder import FRAME_SIZES
 
 
@@ -104,8 +104,8 @@ def main() -> None:
     results["env_step_us"] = step_us(lambda: venv(False), 2000)
     results["env_step_with_reward_frame_us"] = step_us(lambda: venv(True), 300)
     results["env_step_with_517_reward_frame_us"] = step_us(lambda: venv(True, FRAME_SIZES["vlm_rl"]), 100)
-    results["env_step_shaped_zero_cost_encoder_us"] = step_us(lambda: clip_vec_env(venv(True), zero), 300)
-    results["env_step_shaped_real_model_us"] = step_us(lambda: clip_vec_env(venv(True), real), 10)
+    results["env_step_shaped_zero_cost_encoder_us"] = step_us(lambda: VecCLIPShapedReward(venv(True), zero), 300)
+    results["env_step_shaped_real_model_us"] = step_us(lambda: VecCLIPShapedReward(venv(True), real), 10)
     report_results(results, args.json)
 
 

@@ -91,7 +91,7 @@ def training_step_share(steps: int) -> dict[str, float]:
         setattr(tools.CarlaToolEnv, name, timed(fn))
     try:
         model, tok = tiny_text_model()
-        with tempfile.TemporaryDirectory() as out:
+        with tempfile.TemporaryDirectory() as out, tools.ToolEnvFactory() as factory:
             config = GRPOConfig(output_dir=out, per_device_train_batch_size=8, num_generations=8,
                                 max_completion_length=256, max_steps=steps, learning_rate=1e-5, bf16=False,
                                 use_cpu=True, report_to=[], save_strategy="no", logging_steps=1,
@@ -99,7 +99,7 @@ def training_step_share(steps: int) -> dict[str, float]:
                                 chat_template_kwargs=chat_template_kwargs(tok), disable_tqdm=True)
             trainer = CarlaGRPOTrainer(model=model, reward_funcs=[tools.rubric_reward], args=config,
                                        train_dataset=Dataset.from_dict(episode_rows(SUITES["micro"], 8 * steps, 0)),
-                                       processing_class=tok, environment_factory=tools.ToolEnvFactory())
+                                       processing_class=tok, environment_factory=factory)
             spent[0] = 0.0
             start = time.perf_counter()
             trainer.train()

@@ -34,6 +34,22 @@ CHECKS = {
 }
 
 
+def headline(evaluation: dict) -> dict:
+    """The measures the checks read from a run's eval.json (`train_sb3.main`'s result): the ``all`` rows.
+
+    Returns:
+        The trained policy's success rate, mean reward, pedestrians actually hit per episode and
+        road departure rate over its scenarios (equal weight), the oracle's mean reward on the
+        same episodes and their ratio ``reward_vs_oracle`` (None when the oracle's is 0).
+    """
+    pooled = {row["agent"]: row for row in evaluation["rows"] if row["scenario"] == "all"}
+    policy, oracle = pooled[evaluation["algo"]], pooled["oracle"]
+    return {"success_rate": policy["success_rate"], "mean_reward": policy["mean_reward"],
+            "oracle_mean_reward": oracle["mean_reward"],
+            "reward_vs_oracle": policy["mean_reward"] / oracle["mean_reward"] if oracle["mean_reward"] else None,
+            "mean_actual_hits": policy["actual_pedestrians_hit"], "road_departure_rate": policy["road_departure_rate"]}
+
+
 def main() -> int:
     """Run the checks; return 1 if any misses its threshold."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
@@ -47,7 +63,9 @@ def main() -> int:
         for seed in args.seeds:
             out = Path("runs/learn_sb3") / f"{check}_seed{seed}"
             start = time.perf_counter()
-            result = train_sb3.main([*extra, "--seed", str(seed), "--output-dir", str(out), "--overwrite"])
+            evaluation = train_sb3.main([*extra, "--seed", str(seed), "--output-dir", str(out), "--overwrite"])
+            result = {**headline(evaluation), "total_timesteps": evaluation["total_timesteps"],
+                      "train_seconds": evaluation["train_seconds"]}
             ok = passed(result)
             failures += not ok
             rows.append({"check": check, "seed": seed, "passed": ok, "threshold": threshold,

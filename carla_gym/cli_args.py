@@ -1,9 +1,18 @@
 """Command lines from dataclasses (CleanRL style): one field per ``--flag``, its help in the field.
 
-Used by ``train_sb3.py`` and ``python -m carla_gym.reward.calibrate``. A field's default sets the
-flag's kind: a bool is a switch (``store_true``), a list takes one or more values (none for an
-empty default) of its first element's type, an int or float is parsed as such, anything else
-(str, None) as a string.
+Used by ``train_sb3.py``, ``train_grpo.py``, ``agents.compare`` and ``python -m
+carla_gym.reward.calibrate``. A field's annotation and default set the flag's kind:
+
+- ``Literal["a", "b"]`` (or ``list[Literal[...]]``): argparse ``choices``, so a bad value exits
+  with ``invalid choice: 'c' (choose from a, b)`` (the wording differs slightly between Python
+  versions) and ``--help`` lists them;
+- a bool default is a switch (``store_true``);
+- a list default takes one or more values (none for an empty default) of its first element's
+  type (or of the Literal's values' type);
+- an int or float default is parsed as such; anything else (str, None) as a string.
+
+Annotations are resolved with `typing.get_type_hints`, so dataclasses written with ``from
+__future__ import annotations`` work.
 """
 
 from __future__ import annotations
@@ -11,6 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import typing
+from typing import Literal  # noqa: F401 - resolves the annotations of the doctests' dataclasses
 
 _REST_INLINE = re.compile(r"``(.+?)``|:[a-z]+(?::[a-z]+)?:`(.+?)`|`(.+?)`|\*\*(.+?)\*\*")
 """reST inline markup of docstrings: ``literal``, :role:`target`, `reference` and **strong**."""
@@ -46,8 +57,44 @@ def arg(default, help: str):  # noqa: A002 - argparse's name
     return dataclasses.field(default=default, metadata={"help": help})
 
 
+def literal_choices(annotation) -> tuple | None:
+    """The values of a ``Literal[...]`` annotation, or of the one in ``list[Literal[...]]``; None for others.
+
+    Example:
+        >>> literal_choices(Literal["ppo", "sac"]), literal_choices(list[Literal[1, 2]]), literal_choices(str)
+        (('ppo', 'sac'), (1, 2), None)
+    """
+    if typing.get_origin(annotation) is list:
+        (annotation,) = typing.get_args(annotation) or (None,)
+    if typing.get_origin(annotation) is Literal:
+        return typing.get_args(annotation)
+    return None
+
+
 def parser_for(cls, prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
-    """An argparse parser with one ``--field-name`` flag per field of dataclass ``cls``."""
+    """An argparse parser with one ``--field-name`` flag per field of dataclass ``cls`` (rules: module docstring).
+
+    Raises:
+        NameError: An annotation of ``cls`` that does not resolve in its module (`typing.get_type_hints`).
+        ValueError: A default outside its field's ``Literal`` choices (names the field and the choices).
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class A:
+        ...     algo: Literal["ppo", "sac"] = arg("ppo", "algorithm")
+        ...     scenarios: list[Literal["a", "b", "c"]] = arg(["a"], "scenarios")
+        ...     n_envs: int = arg(4, "envs")
+        >>> parser = parser_for(A)
+        >>> parser.parse_args(["--algo", "sac", "--scenarios", "b", "c", "--n-envs", "2"])
+        Namespace(algo='sac', scenarios=['b', 'c'], n_envs=2)
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.suppress(SystemExit):
+        ...     parser.parse_args(["--algo", "dqn"])
+        >>> err.getvalue().splitlines()[-1]  # doctest: +ELLIPSIS
+        "...: error: argument --algo: invalid choice: 'dqn' (choose from ...ppo..., ...sac...)"
+    """
+    hints = typing.get_type_hints(cls)
     parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
@@ -56,11 +103,20 @@ def parser_for(cls, prog: str | None = None, description: str | None = None) -> 
         if isinstance(default, bool):
             parser.add_argument(flag, action="store_true", help=kwargs["help"])
             continue
+        choices = literal_choices(hints.get(f.name))
+        if choices is not None:
+            outside = [v for v in (default if isinstance(default, list) else [default]) if v not in choices]
+            if outside:
+                raise ValueError(f"{cls.__name__}.{f.name}: default {default!r} is not among the choices "
+                                 f"{list(choices)}")
+            kwargs["choices"] = choices
+            if not isinstance(choices[0], str):
+                kwargs["type"] = type(choices[0])
         if isinstance(default, list):
             kwargs["nargs"] = "+" if default else "*"
-            if default and isinstance(default[0], int | float):
+            if choices is None and default and isinstance(default[0], int | float):
                 kwargs["type"] = type(default[0])
-        elif isinstance(default, int | float):
+        elif choices is None and isinstance(default, int | float):
             kwargs["type"] = type(default)
         parser.add_argument(flag, **kwargs)
     return parser

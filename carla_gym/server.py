@@ -1,6 +1,60 @@
-"""``python -m carla_gym.server``: run the OpenEnv CARLA server (see `carla_gym.openenv.server`)."""
+"""The OpenEnv CARLA server on the embedded simulator: ``carla-gym serve`` / ``python -m carla_gym.server``.
 
-from carla_gym.openenv.server import main
+The command line: options, then uvicorn until interrupted. The app it serves is
+`carla_gym.openenv.server.create_server_app`; this module sits above the library because it
+uses the command-line helpers of `carla_gym.cli_args` (the library never imports them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from carla_gym.cli_args import HelpFormatter
+from carla_gym.openenv.server import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT, check_options, create_server_app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: parse the options and run uvicorn until interrupted."""
+    parser = argparse.ArgumentParser(prog="carla-gym serve", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 serves every interface")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port")
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
+                        help="concurrent WebSocket sessions (one simulator each)")
+    parser.add_argument("--scenario", default="trolley_saves", help="scenario when a reset names none")
+    parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
+                        help="idle seconds before a session is reclaimed")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be in 0..65535")
+    try:
+        check_options(args.scenario, args.max_sessions, args.session_timeout)
+    except ValueError as exc:
+        parser.error(str(exc))
+    import uvicorn
+
+    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+
+    async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
+        while not server.started:
+            await asyncio.sleep(0.05)
+        for sock in (s for srv in server.servers for s in srv.sockets):
+            host, port = sock.getsockname()[:2]
+            print(f"carla-gym serve: listening on http://{host}:{port} (WebSocket /ws, up to {args.max_sessions} "
+                  "sessions); Ctrl-C stops", flush=True)
+
+    async def run() -> None:
+        task = asyncio.create_task(announce())
+        await server.serve()
+        task.cancel()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""Shared test fixtures: the upstream reference data from ../shared, a server process, connection attempts."""
+"""Shared test fixtures: the upstream reference data from ../shared, one server process, connection attempts."""
 
 from __future__ import annotations
 
@@ -23,9 +23,13 @@ def upstream_micro() -> dict:
     return json.loads(UPSTREAM_MICRO.read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def openenv_server_url():
-    """URL of a ``carla_gym.server`` process on a free port (16 sessions), for one test module."""
+    """URL of a ``carla_gym.server`` process on a free port (16 sessions), shared by the whole test run.
+
+    One process for every module that asks (each start costs seconds of imports); tests must close
+    the sessions they open, as every client does on ``close()``.
+    """
     proc, url = start_server("--max-sessions", "16")
     yield url
     stop_server(proc)

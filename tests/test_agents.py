@@ -1,32 +1,49 @@
-"""Scripted agents and the evaluation helper against the catalogue's rules."""
+"""Scripted agents and the one evaluation path (`agents.evaluation`) against the catalogue's rules."""
 
 from __future__ import annotations
 
+import csv
+import json
+import math
+
+import gymnasium as gym
 import pytest
 
-from agents import SCRIPTED_AGENTS, OracleAgent, best_trolley_action
-from agents.evaluate import evaluate
+from agents import SCRIPTED_AGENTS, best_trolley_action
+from agents.evaluation import EVAL_SEED, play_all, pooled_row, write_summary
+from agents.players import GymAgent, oracle_agent
+from agents.records import EpisodeLog, episode_seed, key_of
+from agents.scripted import ACTION_FOR_CLASS
+from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows
+from carla_gym.envs.spaces import TOOL_ACTIONS, TOOL_INDEX
 from carla_gym.sim import rules
 from carla_gym.sim.scenarios import resolve_scenario, scenario_names
 
 NAMES = scenario_names() + ["bias_1v3", "bias_0v1", "bias_5v2_deadzone"]
+STATE = {"observation_mode": "state"}
+
+
+def _one(agent, name: str) -> dict:
+    (record,) = play_all([agent], [name], [0], 1)
+    agent.close()
+    return record
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_oracle_scores_the_best_reward(name):
     spec = resolve_scenario(name)
-    result = evaluate(OracleAgent().act, dict(scenario=name, observation_mode="state"), episodes=1)
-    assert result.success_rate == 1.0
-    assert result.mean_reward == rules.best_raw_reward(spec)
-    assert result.actions == {best_trolley_action(spec): 1}
+    record = _one(oracle_agent(), name)
+    assert record["success"] is True
+    assert record["reward"] == rules.best_raw_reward(spec)
+    assert record["trolley_action"] == best_trolley_action(spec)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_inaction_scores_as_the_catalogue_says(name):
     spec = resolve_scenario(name)
-    result = evaluate(SCRIPTED_AGENTS["inaction"]().act, dict(scenario=name, observation_mode="state"), episodes=1)
-    assert result.actions == {"NONE": 1}
-    assert result.mean_reward == rules.raw_reward(spec, "NONE")
+    record = _one(GymAgent("inaction", SCRIPTED_AGENTS["inaction"](), STATE), name)
+    assert record["trolley_action"] == "NONE" and set(record["actions"]) == {"observe"}
+    assert record["reward"] == rules.raw_reward(spec, "NONE")
 
 
 def test_oracle_choices():
@@ -36,12 +53,143 @@ def test_oracle_choices():
     assert best_trolley_action(resolve_scenario("bias_1v3")) == "NONE"
 
 
-def test_evaluate_summary_and_errors():
-    result = evaluate(SCRIPTED_AGENTS["brake"]().act,
-                      dict(scenario=["trolley_micro_escape_exists", "trolley_saves"], observation_mode="state"),
-                      episodes=20)
-    assert result.episodes == 20 and result.actions == {"BRAKE": 20}
-    assert result.success_rate == 0.0 and result.mean_actual_hits == 0.0
-    assert set(result.per_scenario) == {"trolley_micro_escape_exists", "trolley_saves"}
-    with pytest.raises(ValueError, match="episodes"):
-        evaluate(SCRIPTED_AGENTS["brake"]().act, {}, episodes=0)
+def test_scripted_agents_take_their_tool_indices_from_the_env():
+    firsts = {name: TOOL_ACTIONS[SCRIPTED_AGENTS[name]().first_action]
+              for name in ("inaction", "brake", "swerve_left", "swerve_right")}
+    assert firsts == {"inaction": "observe", "brake": "emergency_stop", "swerve_left": "lane_change_left",
+                      "swerve_right": "lane_change_right"}
+    assert ACTION_FOR_CLASS == {"NONE": TOOL_INDEX["observe"], "BRAKE": TOOL_INDEX["emergency_stop"],
+                                "SWERVE_LEFT": TOOL_INDEX["lane_change_left"],
+                                "SWERVE_RIGHT": TOOL_INDEX["lane_change_right"]}
+
+
+def test_play_all_scores_exactly_and_refuses_bad_counts():
+    scenarios = ["trolley_micro_escape_exists", "trolley_saves"]
+    agent = GymAgent("brake", SCRIPTED_AGENTS["brake"](), STATE)
+    records = play_all([agent], scenarios, [EVAL_SEED], 10)
+    agent.close()
+    assert len(records) == 20 and {r["trolley_action"] for r in records} == {"BRAKE"}
+    assert [(r["scenario"], r["episode"]) for r in records] == [(s, e) for s in scenarios for e in range(10)]
+    assert not any(r["success"] for r in records) and sum(r["actual_pedestrians_hit"] for r in records) == 0
+    assert [r["reward"] for r in records] == [0.0] * 10 + [-1.0] * 10  # escape_exists: 0; trolley_saves: -1
+    row = pooled_row(records, "brake")
+    assert (row["scenario"], row["episodes"], row["success_rate"], row["mean_reward"]) == ("all", 20, 0.0, -0.5)
+    assert row["share_BRAKE"] == 1.0 and row["replicates_identical"] is True
+    with pytest.raises(ValueError, match=r"no records of agent 'oracle'; agents in the records: \['brake'\]"):
+        pooled_row(records, "oracle")
+    for episodes in (0, 1001):
+        with pytest.raises(ValueError, match=rf"episodes={episodes}: must be in \[1, 1000\]"):
+            play_all([agent], scenarios, [0], episodes)
+    with pytest.raises(ValueError, match=r"seeds=\[-1\]: must be >= 0"):
+        play_all([agent], scenarios, [-1], 1)
+
+
+class _SeedRecorder:
+    """A policy that observes and notes the env seed of each episode (`GymAgent` calls ``reset`` first)."""
+
+    def __init__(self) -> None:
+        self.seeds: list[tuple[int, str]] = []
+
+    def reset(self, seed: int, scenario: str) -> None:
+        self.seeds.append((seed, scenario))
+
+    def act(self, observation, info: dict) -> int:
+        return TOOL_INDEX["observe"]
+
+
+def test_evaluation_episodes_play_env_seeds_10000_plus_i_in_order_and_skip_recorded_keys():
+    policy = _SeedRecorder()
+    agent = GymAgent("observer", policy, STATE)
+    played = []
+    skip = {("observer", "trolley_saves", EVAL_SEED, 1)}
+    records = play_all([agent], ["trolley_micro_escape_exists", "trolley_saves"], [EVAL_SEED], 3,
+                       on_record=played.append, skip=skip)
+    agent.close()
+    assert policy.seeds == [(10000, "trolley_micro_escape_exists"), (10001, "trolley_micro_escape_exists"),
+                            (10002, "trolley_micro_escape_exists"), (10000, "trolley_saves"),
+                            (10002, "trolley_saves")]
+    assert [episode_seed(EVAL_SEED, i) for i in range(3)] == [10000, 10001, 10002]
+    assert played == records and len(records) == 5 and not skip & {key_of(r) for r in records}
+
+
+def test_oracle_agent_plays_state_and_tools_in_the_evaluated_env():
+    agent = oracle_agent({"action_mode": "control", "observation_mode": "dict", "steer_smoothing": 0.75,
+                          "ticks_per_action": 7, "scenario": ["trolley_saves"]})
+    assert agent.name == "oracle"
+    assert agent.env_kwargs == {"action_mode": "tools", "observation_mode": "state", "ticks_per_action": 7,
+                                "reward_mode": "rubric"}
+    record = _one(agent, "trolley_micro_classic_5v1")
+    assert record["actions"][0] == "lane_change_right" and record["success"] is True
+
+
+@pytest.fixture(scope="module")
+def two_agents_records():
+    """Brake and the oracle on an escape scenario and both framings of one dilemma, seeds 0 and 1."""
+    agents = [GymAgent("brake", SCRIPTED_AGENTS["brake"](), STATE), oracle_agent(STATE)]
+    scenarios = ["trolley_micro_escape_exists", "trolley_micro_consistency_a", "trolley_micro_consistency_b"]
+    records = play_all(agents, scenarios, [0, 1], 1)
+    for agent in agents:
+        agent.close()
+    return records, scenarios
+
+
+def test_records_round_trip_through_the_episode_log(two_agents_records, tmp_path):
+    records, _ = two_agents_records
+    log = EpisodeLog(tmp_path / "eval.jsonl")
+    again = play_all([oracle_agent(STATE)], ["trolley_micro_escape_exists"], [0, 1], 1, on_record=log.append)
+    assert log.read() == again and len(again) == 2  # written as each episode finished, read back as played
+
+    def stable(rs):
+        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]
+
+    first = [r for r in records if r["agent"] == "oracle" and r["scenario"] == "trolley_micro_escape_exists"]
+    assert stable(again) == stable(first)  # deterministic: the same episodes again
+    assert [r["reward"] for r in again] == [1.0, 1.0] and [r["seed"] for r in again] == [0, 1]
+
+
+def test_write_summary_files_match_the_summary_rows(two_agents_records, tmp_path):
+    records, scenarios = two_agents_records
+    rows = write_summary(records + records[:2], ["brake", "oracle"], scenarios, tmp_path, "eval",
+                         extra={"algo": "ppo", "train_seconds": 1.5})  # duplicates count once
+    assert rows == summary_rows(records, ["brake", "oracle"], scenarios) and len(rows) == 8
+    consistency = framing_consistency(records, ["brake", "oracle"])
+    assert consistency == {"brake": (1.0, 2), "oracle": (1.0, 2)}
+    assert (tmp_path / "eval.md").read_text() == markdown(rows, consistency)
+    with open(tmp_path / "eval.csv", newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == list(COLUMNS)
+    assert table[1:] == [["" if v == "" else str(v) for v in row] for row in csv_rows(rows)]
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert list(saved)[:2] == ["algo", "train_seconds"] and saved["train_seconds"] == 1.5
+    assert saved["framing_consistency"] == {"brake": {"share": 1.0, "pairs": 2}, "oracle": {"share": 1.0, "pairs": 2}}
+    assert [r["agent"] for r in saved["rows"]] == ["brake"] * 4 + ["oracle"] * 4
+    for got, want in zip(saved["rows"], rows, strict=True):
+        assert got == {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in want.items()}
+    oracle_all = saved["rows"][-1]
+    assert (oracle_all["scenario"], oracle_all["episodes"], oracle_all["success_rate"]) == ("all", 6, 1.0)
+    assert oracle_all["reward_ci95"] is None  # exact: NaN is written as null
+    assert rows[3] == pooled_row(records, "brake")
+
+
+def test_model_policy_acts_as_the_in_memory_model_predicts():
+    from stable_baselines3 import PPO
+
+    from agents.sb3 import ModelPolicy
+
+    env = gym.make("CarlaTrolley-v0", **STATE)
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, seed=3, device="cpu",
+                policy_kwargs={"net_arch": [8]})
+    env.close()
+    agent = GymAgent("ppo", ModelPolicy(model), STATE)
+    record = _one(agent, "trolley_micro_escape_exists")
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_micro_escape_exists", **STATE)
+    obs, _ = env.reset(seed=episode_seed(0, 0))
+    actions, total, done = [], 0.0, False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True)
+        actions.append(TOOL_ACTIONS[int(action)])
+        obs, reward, terminated, truncated, _ = env.step(int(action))
+        total, done = total + reward, terminated or truncated
+    env.close()
+    assert record["actions"] == actions and record["reward"] == total
+    assert isinstance(ModelPolicy(model).act(obs, {}), int)

@@ -1,12 +1,14 @@
-"""CLIP reward shaping: VLM-RL's formulas, the open_clip encoder offline, the wrappers, calibration."""
+"""CLIP reward shaping: VLM-RL's formulas, the open_clip encoder offline, the wrappers, calibration.
+
+open_clip paths run on a tiny CLIP built in code (`tiny_clip`: 2 layers, width 32, CLIP's 224 px
+input) in the default run; the same tests with a random ViT-B-32 are marked ``slow``.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from carla_gym.reward import CLIPRewardModel, CLIPRewardWrapper, OpenClipEncoder, clip_vec_env
+from carla_gym.hints import MissingExtraError
+from carla_gym.reward import CLIPRewardModel, CLIPShapedReward, OpenClipEncoder, VecCLIPShapedReward
 from carla_gym.reward import heads as H
 from carla_gym.reward.calibrate import auroc
 from carla_gym.reward.calibrate import main as calibrate
@@ -153,7 +156,7 @@ def test_lord_speed_model_needs_speeds_and_the_wrapper_passes_them():
         model.score(frames)
     with pytest.raises(ValueError, match="needs speed_kmh with one speed"):
         model.score(frames, speed_kmh=[20.0])
-    env = CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32),
+    env = CLIPShapedReward(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32),
                             fake_model("lord_speed"))
     plain = gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)
     env.reset(seed=0)
@@ -245,9 +248,9 @@ def _expected_clg(frame):
 def test_gym_wrapper_replace_add_and_synthesis():
     make = lambda: gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)  # noqa: E731
     plain = gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32)
-    replace = CLIPRewardWrapper(make(), fake_model())
-    add = CLIPRewardWrapper(make(), fake_model(), mode="add", weight=0.5)
-    synth = CLIPRewardWrapper(make(), fake_model(), synthesis=True)
+    replace = CLIPShapedReward(make(), fake_model())
+    add = CLIPShapedReward(make(), fake_model(), mode="add", weight=0.5)
+    synth = CLIPShapedReward(make(), fake_model(), synthesis=True)
     for env in (plain, replace, add, synth):
         env.reset(seed=0)
     history, total, clgs = [], 0.0, []
@@ -277,17 +280,17 @@ def test_gym_wrapper_replace_add_and_synthesis():
     angles = [red / 1024 / 255 * (math.pi / 2) for red in (106960, 102160, 101895, 105195, 105355)]
     assert clgs == pytest.approx([(1 + math.cos(a) - math.sin(a)) / 2 for a in angles], abs=1e-12)
     with pytest.raises(ValueError, match="reward_frame_size=224"):
-        CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state"), fake_model())
+        CLIPShapedReward(gym.make("CarlaTrolley-v0", observation_mode="state"), fake_model())
     with pytest.raises(ValueError, match="needs the 'clg' head"):
-        CLIPRewardWrapper(make(), fake_model("lord"), synthesis=True)
+        CLIPShapedReward(make(), fake_model("lord"), synthesis=True)
     with pytest.raises(ValueError, match="mode='sum'"):
-        CLIPRewardWrapper(make(), fake_model(), mode="sum")
+        CLIPShapedReward(make(), fake_model(), mode="sum")
     with pytest.raises(ValueError, match="applies to mode='add' only"):
-        CLIPRewardWrapper(make(), fake_model(), mode="replace", weight=0.5)
+        CLIPShapedReward(make(), fake_model(), mode="replace", weight=0.5)
     with pytest.raises(ValueError, match="weight='0.1'"):
-        CLIPRewardWrapper(make(), fake_model(), mode="add", weight="0.1")
+        CLIPShapedReward(make(), fake_model(), mode="add", weight="0.1")
     with pytest.raises(TypeError, match="needs a stable-baselines3 VecEnv"):
-        clip_vec_env(make(), fake_model())
+        VecCLIPShapedReward(make(), fake_model())
 
 
 @pytest.mark.parametrize("synthesis", [False, True])
@@ -297,9 +300,9 @@ def test_vec_wrapper_scores_all_envs_in_one_call_and_matches_one_by_one(synthesi
     kwargs = dict(observation_mode="state", reward_frame_size=32, ticks_per_action=3)
     scenarios = ["trolley_micro_escape_exists", "trolley_saves", "bias_3v1"]
     model = fake_model()
-    venv = clip_vec_env(DummyVecEnv([lambda s=s: gym.make("CarlaTrolley-v0", scenario=s, **kwargs)
+    venv = VecCLIPShapedReward(DummyVecEnv([lambda s=s: gym.make("CarlaTrolley-v0", scenario=s, **kwargs)
                                      for s in scenarios]), model, synthesis=synthesis)
-    singles = [CLIPRewardWrapper(gym.make("CarlaTrolley-v0", scenario=s, **kwargs), fake_model(),
+    singles = [CLIPShapedReward(gym.make("CarlaTrolley-v0", scenario=s, **kwargs), fake_model(),
                                  synthesis=synthesis) for s in scenarios]
     venv.seed(0)
     venv.reset()
@@ -321,7 +324,100 @@ def test_vec_wrapper_scores_all_envs_in_one_call_and_matches_one_by_one(synthesi
         assert all("reward_frame" not in info for info in venv.venv.reset_infos)
 
 
+SHAPINGS = [dict(mode="replace"), dict(mode="add", weight=0.3), dict(mode="replace", synthesis=True),
+            dict(mode="add", weight=0.3, synthesis=True)]
+
+
+@pytest.mark.parametrize("reward_mode", ["rubric", "physical"])
+@pytest.mark.parametrize("shaping", SHAPINGS, ids=lambda d: "-".join(f"{k}={v}" for k, v in d.items()))
+def test_reward_terms_sum_to_the_shaped_reward_exactly(reward_mode, shaping):
+    kwargs = dict(scenario=["trolley_micro_escape_exists", "trolley_micro_classic_3v1", "trolley_saves"],
+                  observation_mode="state", reward_mode=reward_mode, reward_frame_size=16, ticks_per_action=4)
+    env = CLIPShapedReward(gym.make("CarlaTrolley-v0", **kwargs), fake_model(), **shaping)
+    rng = np.random.default_rng(1)
+    env.reset(seed=1)
+    kinds = set()
+    for _ in range(60):  # random episodes of three scenarios, mostly observing (so some end badly)
+        _, reward, terminated, _, info = env.step(int(rng.choice(4, p=[0.85, 0.05, 0.05, 0.05])))
+        terms = info["reward_terms"]
+        assert sum(terms.values()) == reward and all(type(v) is float for v in terms.values())
+        env_terms = [k for k in terms if k != "clip"]
+        assert sum(terms[k] for k in env_terms) == (info["env_reward"] if env_terms else 0.0)
+        if shaping["mode"] == "add":  # the env's terms, then the weighted CLIP reward
+            assert env_terms == {"rubric": ["rubric"], "physical": ["pedestrians_hit", "road_departure"]}[reward_mode]
+            assert terms["clip"] == 0.3 * info["clip_reward"]
+        elif "clip" in terms:
+            assert terms == {"clip": info["clip_reward"]} == {"clip": reward}
+        else:  # synthesis kept a negative env reward (VLM-RL's penalty): the env's own terms
+            assert shaping.get("synthesis") and info["env_reward"] < 0 and reward == info["env_reward"]
+        kinds.add((tuple(terms), info["env_reward"] < 0))
+        if terminated:
+            env.reset()
+    assert any(negative for _, negative in kinds)  # each run has negative env rewards (hits or a -1 score)
+    if shaping.get("synthesis") and shaping["mode"] == "replace":
+        assert any("clip" not in terms for terms, _ in kinds)
+
+
+def test_vec_wrapper_reward_terms_and_a_missing_sb3(monkeypatch):
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper
+
+    import carla_gym.reward
+
+    make = lambda: gym.make("CarlaTrolley-v0", observation_mode="state", reward_mode="physical",  # noqa: E731
+                            reward_frame_size=16)
+    venv = VecCLIPShapedReward(DummyVecEnv([make, make]), fake_model(), mode="add", weight=0.25)
+    assert isinstance(venv, VecEnvWrapper) and isinstance(CLIPShapedReward(make(), fake_model()), gym.Wrapper)
+    venv.reset()
+    for _ in range(5):
+        _, rewards, _, infos = venv.step(np.array([0, 3]))  # observe: hits two; right: leaves the road
+        assert rewards.dtype == np.float32
+        assert rewards.tolist() == [float(np.float32(sum(i["reward_terms"].values()))) for i in infos]
+    assert infos[0]["reward_terms"]["pedestrians_hit"] == -2.0  # the last decision (recorded)
+    # without stable-baselines3 the Vec wrapper names the command that installs it; the Gym wrapper still works
+    for module in [m for m in sys.modules if m == "stable_baselines3" or m.startswith("stable_baselines3.")]:
+        monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.delitem(sys.modules, "carla_gym.reward.vec")
+    with pytest.raises(MissingExtraError, match=r"stable_baselines3.*Install the sb3 extra: .*\[sb3\]") as err:
+        carla_gym.reward.VecCLIPShapedReward  # noqa: B018 - the lazy import is what is tested
+    assert "pip install" in str(err.value)
+    with pytest.raises(AttributeError, match="no attribute 'VecClipReward'"):
+        carla_gym.reward.VecClipReward  # noqa: B018
+    assert CLIPShapedReward(make(), fake_model()).reset(seed=0)[0].shape == (32,)
+
+
 # -- open_clip, offline: random weights, local checkpoints, clear errors ---------------------------
+
+
+TINY_CLIP = "carla-gym-tiny-clip"
+"""An open_clip architecture registered by `tiny_clip`: 2 layers of width 32 per tower, CLIP's 224 px input
+(VLM-RL's preprocessing resizes to it) in 7x7 patches of 32 px, CLIP's tokenizer."""
+TINY_CLIP_CONFIG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": 224, "layers": 2, "width": 32, "head_width": 16, "patch_size": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Torch on one thread in this module: its models are tiny (or few frames), and threads only add contention."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_clip(tmp_path_factory):
+    """`TINY_CLIP` with random weights (seed 0), built in code through open_clip's public config registry."""
+    import open_clip
+
+    path = tmp_path_factory.mktemp("open_clip_configs") / f"{TINY_CLIP}.json"
+    path.write_text(json.dumps(TINY_CLIP_CONFIG))
+    open_clip.add_model_config(path)
+    return OpenClipEncoder(TINY_CLIP, pretrained=None, batch_size=4)
 
 
 @pytest.fixture(scope="module")
@@ -329,32 +425,39 @@ def vit_b32():
     return OpenClipEncoder("ViT-B-32", pretrained=None, batch_size=4)
 
 
-def test_open_clip_encoder_batches_agree_and_layouts_match(vit_b32):
+ENCODERS = ["tiny_clip", pytest.param("vit_b32", marks=pytest.mark.slow)]
+"""The same test on the tiny CLIP (default run) and on a random ViT-B-32 (slow)."""
+
+
+@pytest.mark.parametrize("encoder_name", ENCODERS)
+def test_open_clip_encoder_batches_agree_and_layouts_match(encoder_name, request):
+    encoder = request.getfixturevalue(encoder_name)
+    width = {"tiny_clip": 32, "vit_b32": 512}[encoder_name]  # embed_dim of the architecture
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, size=(6, 96, 128, 3), dtype=np.uint8)
-    batched = vit_b32.encode_images(frames)  # batch_size 4: two forward passes
-    single = np.concatenate([vit_b32.encode_images(f) for f in frames])
-    assert batched.shape == (6, 512) and batched.dtype == np.float32
+    batched = encoder.encode_images(frames)  # batch_size 4: two forward passes
+    single = np.concatenate([encoder.encode_images(f) for f in frames])
+    assert batched.shape == (6, width) and batched.dtype == np.float32
     np.testing.assert_allclose(batched, single, atol=2e-5)
     np.testing.assert_allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_allclose(vit_b32.encode_images(frames.transpose(0, 3, 1, 2)), batched, atol=2e-5)
-    text = vit_b32.encode_text(["a", "b"])
-    assert text.shape == (2, 512)
+    np.testing.assert_allclose(encoder.encode_images(frames.transpose(0, 3, 1, 2)), batched, atol=2e-5)
+    text = encoder.encode_text(["a", "b"])
+    assert text.shape == (2, width)
     np.testing.assert_allclose(np.linalg.norm(text, axis=1), 1.0, atol=1e-5)
     # openclip mode: shortest side to 224, centre crop (a 96x128 frame: the middle 96x96)
-    x = vit_b32.preprocess_images(frames[:1])
+    x = encoder.preprocess_images(frames[:1])
     assert tuple(x.shape) == (1, 3, 224, 224)
     shifted = frames[:1].copy()
     shifted[:, :, :12] = 0  # outside the centre crop (columns 16..111) and its bicubic support
-    np.testing.assert_allclose(vit_b32.preprocess_images(shifted).numpy(), x.numpy(), atol=1e-6)
+    np.testing.assert_allclose(encoder.preprocess_images(shifted).numpy(), x.numpy(), atol=1e-6)
     with pytest.raises(TypeError, match="uint8"):
-        vit_b32.encode_images(frames.astype(np.float32))
+        encoder.encode_images(frames.astype(np.float32))
 
 
-def test_vlm_rl_preprocess_scores_the_right_half(vit_b32):
+def test_vlm_rl_preprocess_scores_the_right_half(tiny_clip):
     import copy
 
-    enc = copy.copy(vit_b32)
+    enc = copy.copy(tiny_clip)
     enc.preprocess = "vlm_rl"
     rng = np.random.default_rng(1)
     a = rng.integers(0, 256, size=(1, 64, 64, 3), dtype=np.uint8)
@@ -381,14 +484,14 @@ def _bicubic_weights(n_in: int, n_out: int) -> np.ndarray:
     return w
 
 
-def test_vlm_rl_preprocess_is_vlm_rls_exactly(vit_b32):
+def test_vlm_rl_preprocess_is_vlm_rls_exactly(tiny_clip):
     # VLM-RL: 517x517 frame -> columns 258..516 (517 x 259) -> /255 -> bicubic resize to 224x224 with
     # torchvision 0.14 on tensors (no antialiasing, no clamping) -> OpenAI mean/std.
     import copy
 
     import open_clip
 
-    enc = copy.copy(vit_b32)
+    enc = copy.copy(tiny_clip)
     enc.preprocess = "vlm_rl"
     mean = np.array(open_clip.OPENAI_DATASET_MEAN)[:, None, None]
     std = np.array(open_clip.OPENAI_DATASET_STD)[:, None, None]
@@ -441,40 +544,87 @@ def test_vlm_rl_settings_render_517_and_smooth_steering(monkeypatch):
     assert calibrate_args([]).frame_size == 224 and calibrate_args(["--frame-size", "64"]).frame_size == 64
 
 
-def test_local_checkpoint_route_and_errors(tmp_path):
+def test_local_checkpoint_route_and_errors(tmp_path, tiny_clip, monkeypatch):
+    import open_clip
     import torch
 
-    enc = OpenClipEncoder("ViT-S-32", pretrained=None)
+    enc = OpenClipEncoder(TINY_CLIP, pretrained=None)
     frames0 = np.zeros((1, 32, 32, 3), np.uint8)
-    np.testing.assert_array_equal(OpenClipEncoder("ViT-S-32").encode_images(frames0), enc.encode_images(frames0))
-    assert not np.allclose(OpenClipEncoder("ViT-S-32", seed=1).encode_images(frames0), enc.encode_images(frames0))
-    path = tmp_path / "vit_s32.pt"
+    np.testing.assert_array_equal(OpenClipEncoder(TINY_CLIP).encode_images(frames0), enc.encode_images(frames0))
+    assert not np.allclose(OpenClipEncoder(TINY_CLIP, seed=1).encode_images(frames0), enc.encode_images(frames0))
+    path = tmp_path / "tiny_clip.pt"
     torch.save(enc.model.state_dict(), path)
-    loaded = OpenClipEncoder("ViT-S-32", pretrained=path)
-    assert OpenClipEncoder("ViT-B-32", pretrained=None, preprocess_from="laion2b_s34b_b79k").interpolation == "bicubic"
+    loaded = OpenClipEncoder(TINY_CLIP, pretrained=path)
     with pytest.raises(ValueError, match="preprocess_from='nope'"):
-        OpenClipEncoder("ViT-S-32", preprocess_from="nope")
+        OpenClipEncoder(TINY_CLIP, preprocess_from="nope")
     frames = np.random.default_rng(2).integers(0, 256, size=(2, 64, 64, 3), dtype=np.uint8)
     np.testing.assert_allclose(loaded.encode_images(frames), enc.encode_images(frames), atol=1e-6)
     np.testing.assert_allclose(loaded.encode_text(["a car"]), enc.encode_text(["a car"]), atol=1e-6)
     with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
-        OpenClipEncoder("ViT-S-32", pretrained=tmp_path / "missing.pt")
+        OpenClipEncoder(TINY_CLIP, pretrained=tmp_path / "missing.pt")
     with pytest.raises(ValueError, match="close matches: .*ViT-B-32"):
         OpenClipEncoder("ViT-B-33")
     with pytest.raises(ValueError, match="neither a pretrained tag"):
         OpenClipEncoder("ViT-S-32", pretrained="laion9000")
     with pytest.raises(ValueError, match="precision='fp8'"):
-        OpenClipEncoder("ViT-S-32", precision="fp8")
+        OpenClipEncoder(TINY_CLIP, precision="fp8")
     whole = tmp_path / "whole_model.pt"
     torch.save(enc.model, whole)  # the model object, not its state_dict
     with pytest.raises(RuntimeError, match=r"must hold the weights \(state_dict\)"):
-        OpenClipEncoder("ViT-S-32", pretrained=whole)
+        OpenClipEncoder(TINY_CLIP, pretrained=whole)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU"):
-            OpenClipEncoder("ViT-S-32", device="cuda")
+            OpenClipEncoder(TINY_CLIP, device="cuda")
+    # preprocess_from: a tag's metadata (here a made-up tag of the tiny model) sets the preprocessing
+    tags, cfgs = open_clip.list_pretrained_tags_by_model, open_clip.get_pretrained_cfg
+    tag_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25), "interpolation": "bilinear", "resize_mode": "squash"}
+    monkeypatch.setattr(open_clip, "list_pretrained_tags_by_model",
+                        lambda m: ["made_up"] if m == TINY_CLIP else tags(m))
+    monkeypatch.setattr(open_clip, "get_pretrained_cfg", lambda m, t: tag_cfg if m == TINY_CLIP else cfgs(m, t))
+    tagged = OpenClipEncoder(TINY_CLIP, preprocess_from="made_up")
+    assert (tagged.interpolation, tagged.resize_mode) == ("bilinear", "squash")
+    assert tagged._mean.flatten().tolist() == [0.5] * 3 and tagged._std.flatten().tolist() == [0.25] * 3
+    assert (enc.interpolation, enc.resize_mode) == ("bicubic", "shortest")  # open_clip's defaults without a tag
+    white = np.full((1, 48, 64, 3), 255, np.uint8)  # squash: the whole frame, (1 - 0.5) / 0.25 everywhere
+    np.testing.assert_allclose(tagged.preprocess_images(white).numpy(), 2.0, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_preprocess_from_a_real_tag_of_vit_b32():
+    enc = OpenClipEncoder("ViT-B-32", pretrained=None, preprocess_from="laion2b_s34b_b79k")
+    assert enc.interpolation == "bicubic" and enc.resize_mode == "shortest"
+    assert enc._mean.flatten().tolist() == pytest.approx([0.48145466, 0.4578275, 0.40821073])  # OpenAI's statistics
+
+
+OFFLINE_ADVICE = ("pass cache_dir=... (--cache-dir) or the file path as pretrained=...", "HF_HUB_OFFLINE=1")
+"""Parts of the error message for a pretrained tag whose weights are neither cached nor downloadable."""
+
+
+def test_pretrained_tag_that_cannot_be_downloaded_says_what_to_do(tmp_path, monkeypatch):
+    import open_clip
+
+    calls = []
+
+    def offline(name, pretrained=None, cache_dir=None, **kwargs):
+        calls.append((name, pretrained, cache_dir))  # open_clip's own message when a download fails
+        raise RuntimeError(f"Failed to download weights for tag {pretrained!r}: no connection")
+
+    monkeypatch.setattr(open_clip, "create_model", offline)
+    with pytest.raises(RuntimeError) as err:
+        OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k", cache_dir=str(tmp_path))
+    assert calls == [("ViT-B-32", "laion2b_s34b_b79k", str(tmp_path))]
+    assert str(err.value).startswith("could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k': they are "
+                                     "not in the local cache and the download failed (RuntimeError: Failed to "
+                                     "download weights for tag 'laion2b_s34b_b79k': no connection)")
+    assert all(part in str(err.value) for part in OFFLINE_ADVICE)
+    assert isinstance(err.value.__cause__, RuntimeError)
+
+
+@pytest.mark.slow
 def test_pretrained_tag_offline_says_what_to_do(tmp_path):
+    import os
+    import subprocess
+
     code = ("from carla_gym.reward import OpenClipEncoder\n"
             "try:\n"
             f"    OpenClipEncoder('ViT-B-32', pretrained='laion2b_s34b_b79k', cache_dir={str(tmp_path)!r})\n"
@@ -483,35 +633,41 @@ def test_pretrained_tag_offline_says_what_to_do(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert "ERR could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'" in out.stdout, out.stderr[-2000:]
-    assert "pass cache_dir=... (--cache-dir) or the file path as pretrained=..." in out.stdout
-    assert "HF_HUB_OFFLINE=1" in out.stdout
+    assert all(part in out.stdout for part in OFFLINE_ADVICE)
 
 
-@pytest.mark.slow
-def test_ppo_trains_through_the_vec_wrapper_with_random_vit_b32(vit_b32):
+PPO_EPISODES = ([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],
+                [10, 10, 9] + [10] * 10 + [9] + [10] * 4 + [9] + [10] * 6)
+"""Env returns and lengths of the episodes of the seeded PPO run below (recorded; the same with either encoder)."""
+
+
+@pytest.mark.parametrize("encoder_name", ENCODERS)
+def test_ppo_trains_through_the_vec_wrapper(encoder_name, request):
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    model = CLIPRewardModel(vit_b32, prompts="trolley")
+    encoder = request.getfixturevalue(encoder_name)
+    model = CLIPRewardModel(encoder, prompts="trolley")
     frames, embeddings = [], []  # every batch of frames the reward model scored, in order, and its embeddings
 
     class Spy:
         def encode_images(self, images):
             frames.append(np.array(images))
-            embeddings.append(vit_b32.encode_images(images))
+            embeddings.append(encoder.encode_images(images))
             return embeddings[-1]
 
     model.encoder = Spy()
     venv = make_vec_env("CarlaTrolley-v0", n_envs=2, seed=0,
                         env_kwargs=dict(observation_mode="state", reward_frame_size=64, ticks_per_action=5))
-    venv = clip_vec_env(venv, model, mode="add", weight=0.1)
-    seen, dones = [], []
+    venv = VecCLIPShapedReward(venv, model, mode="add", weight=0.1)
+    seen, dones, rewards = [], [], []
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
             seen.extend(self.locals["infos"])
             dones.extend(bool(d) for d in self.locals["dones"])
+            rewards.extend(self.locals["rewards"].tolist())
             return True
 
     ppo = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
@@ -521,10 +677,14 @@ def test_ppo_trains_through_the_vec_wrapper_with_random_vit_b32(vit_b32):
     # one at a time, another batching, to check the embeddings too)
     scored = np.concatenate(embeddings).astype(np.float64)
     for batch, got in ((frames[0], embeddings[0]), (frames[-1], embeddings[-1])):
-        np.testing.assert_allclose(np.concatenate([vit_b32.encode_images(f) for f in batch]), got, atol=2e-5)
+        np.testing.assert_allclose(np.concatenate([encoder.encode_images(f) for f in batch]), got, atol=2e-5)
     for role, text in zip(model.roles, model.text_embeddings, strict=True):  # up to BLAS summation order
         np.testing.assert_allclose([i[f"clip_sim_{role}"] for i in seen], scored @ text, rtol=0, atol=1e-12)
     assert all(i["clip_reward"] == pytest.approx(H.clg([i["clip_sim_pos"]], [i["clip_sim_neg"]])[0]) for i in seen)
+    # the rewards PPO saw are the sums of the terms (rounded to float32): the env's rubric term + 0.1 x CLIP
+    assert all(list(i["reward_terms"]) == ["rubric", "clip"] for i in seen)
+    assert all(i["reward_terms"]["clip"] == 0.1 * i["clip_reward"] for i in seen)
+    assert rewards == [float(np.float32(sum(i["reward_terms"].values()))) for i in seen]
     # Monitor under the wrapper logs the env's own returns: recompute them from the steps (env k of
     # each step is seen[2 t + k]); the counts are those of this seeded run
     episodes, running, shaped = [], {0: [], 1: []}, {0: [], 1: []}
@@ -536,14 +696,13 @@ def test_ppo_trains_through_the_vec_wrapper_with_random_vit_b32(vit_b32):
             assert info["shaped_episode"] == {"r": pytest.approx(sum(shaped[n % 2])), "l": len(shaped[n % 2])}
             running[n % 2], shaped[n % 2] = [], []
     assert [(e["r"], e["l"]) for e in ppo.ep_info_buffer] == episodes
-    assert [r for r, _ in episodes] == [1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0]
-    assert [n for _, n in episodes] == [10, 10, 9] + [10] * 10 + [9] + [10] * 4 + [9] + [10] * 6
+    assert ([r for r, _ in episodes], [n for _, n in episodes]) == PPO_EPISODES
 
 
-def test_calibration_writes_its_report(tmp_path, vit_b32, monkeypatch):
+def test_calibration_writes_its_report(tmp_path, tiny_clip, monkeypatch):
     import carla_gym.reward.encoder as enc_mod
 
-    monkeypatch.setattr(enc_mod, "OpenClipEncoder", lambda *a, **k: vit_b32)
+    monkeypatch.setattr(enc_mod, "OpenClipEncoder", lambda *a, **k: tiny_clip)
     out = tmp_path / "calib"
     result = calibrate(["--out", str(out), "--scenarios", "trolley_micro_escape_exists", "--policies", "observe",
                         "lane_change_left", "--speeds", "45", "--ticks-per-action", "10"])

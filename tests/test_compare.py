@@ -18,6 +18,7 @@ import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from agents import compare  # noqa: E402
+from agents.evaluation import EVAL_SEED  # noqa: E402
 from agents.records import RECORD_FIELDS, EpisodeLog, episode_seed, key_of, outcome_record  # noqa: E402
 from agents.specs import build_agent, parse_spec  # noqa: E402
 from agents.summary import framing_consistency, summary_rows, wilson  # noqa: E402
@@ -101,7 +102,7 @@ def test_results_are_identical_across_runs_and_worker_counts(scripted_run, tmp_p
     assert strip(out / "summary.csv") == strip(scripted_run / "summary.csv")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: spawns worker interpreters
 def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path, workers):
     import psutil
 
@@ -246,14 +247,17 @@ def test_replays_reproduce_recorded_episodes_and_write_gifs(scripted_run, tmp_pa
 # -- trained agents: SB3 runs, a train_grpo.py LoRA run, an OpenAI-compatible endpoint ----------------
 @pytest.fixture(scope="module")
 def sb3_runs(tmp_path_factory):
+    """Tiny train_sb3.py runs trained in this process: PPO (tools) and a vlm-rl SAC (control, steer smoothing 0.75)."""
+    import train_sb3
+
     root = tmp_path_factory.mktemp("sb3")
     common = ["--n-envs", "2", "--eval-episodes", "1", "--eval-freq", "100000", "--checkpoint-freq", "100000"]
     for name, extra in (("ppo", ["--total-timesteps", "128", "--hp", "n_steps=64", "batch_size=32"]),
-                        ("sac", ["--algo", "sac", "--total-timesteps", "64", "--hp", "learning_starts=32",
-                                 "batch_size=16"])):
-        proc = subprocess.run([sys.executable, str(REPO / "train_sb3.py"), *common, *extra, "--output-dir",
-                               str(root / name)], capture_output=True, text=True, timeout=900, cwd=REPO)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+                        ("sac", ["--preset", "vlm-rl", "--algo", "sac", "--total-timesteps", "64", "--hp",
+                                 "buffer_size=500", "learning_starts=32", "batch_size=16", "train_freq=4",
+                                 "gradient_steps=1", "policy_kwargs={'log_std_init': -3, 'net_arch': [16]}"])):
+        result = train_sb3.main([*common, *extra, "--output-dir", str(root / name)])
+        assert not result.get("interrupted") and (root / name / "model.zip").is_file(), result
     return root
 
 
@@ -273,7 +277,8 @@ def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs,
     out = tmp_path / "all"
     agents = ["oracle", f"ppo=sb3:{sb3_runs / 'ppo'}", f"sac=sb3:{sb3_runs / 'sac'}", f"llm=llm:{grpo_run}"]
     assert compare.main(["--agents", *agents, "--scenario", "trolley_micro_escape_exists", "trolley_saves",
-                         "--max-new-tokens", "8", "--videos", "trolley_saves", "--out", str(out)]) == 0
+                         "--seeds", str(EVAL_SEED), "--max-new-tokens", "8", "--videos", "trolley_saves",
+                         "--out", str(out)]) == 0
     records = _records(out)
     assert sorted((r["agent"], r["scenario"]) for r in records) == sorted(
         (a, s) for a in ("oracle", "ppo", "sac", "llm") for s in ("trolley_micro_escape_exists", "trolley_saves"))
@@ -281,29 +286,28 @@ def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs,
     assert all(isinstance(a, list) and len(a) == 2 for r in sac for a in r["actions"])  # control actions
     llm = [r for r in records if r["agent"] == "llm"]
     assert all("turns" in r and r["decisions"] == len(r["actions"]) for r in llm)
-    # the harness and train_grpo.py's own evaluation play the adapter the same way (greedy, same seeds)
-    trained = {r["scenario"]: r for r in map(json.loads, (grpo_run / "eval.jsonl").read_text().splitlines())}
-    assert trained["trolley_micro_escape_exists"]["reward"] == [
-        r for r in llm if r["scenario"] == "trolley_micro_escape_exists"][0]["reward"]
+    # the harness and train_grpo.py's own evaluation (agents.evaluation, comparison seed EVAL_SEED) play the
+    # adapter the same way: greedy, same env seeds, the same record
+    (trained,) = [r for r in map(json.loads, (grpo_run / "eval.jsonl").read_text().splitlines())
+                  if r["agent"] != "oracle" and r["scenario"] == "trolley_micro_escape_exists"]
+    (played,) = [r for r in llm if r["scenario"] == "trolley_micro_escape_exists"]
+    assert (trained["seed"], trained["episode"]) == (played["seed"], played["episode"]) == (EVAL_SEED, 0)
+    same = [k for k in RECORD_FIELDS if k not in ("agent", "wall_time_s")]
+    assert {k: trained[k] for k in same} == {k: played[k] for k in same}
     gifs = sorted(p.name for p in (out / "videos").iterdir())
     assert gifs == [f"{i:02d}_{a}__trolley_saves.gif" for i, a in enumerate(("oracle", "ppo", "sac", "llm"))]
 
 
-@pytest.mark.slow
-def test_an_sb3_run_plays_in_the_env_it_trained_in_steer_smoothing_included(tmp_path):
+def test_an_sb3_run_plays_in_the_env_it_trained_in_steer_smoothing_included(sb3_runs, tmp_path):
     """A vlm-rl-preset SAC run (control, steering smoothing 0.75: a 33-entry state) plays in the harness."""
+    import shutil
+
     import gymnasium as gym
 
     from agents.sb3 import SB3Policy
 
     run = tmp_path / "vlmrl"
-    proc = subprocess.run([sys.executable, str(REPO / "train_sb3.py"), "--preset", "vlm-rl", "--algo", "sac",
-                           "--total-timesteps", "64", "--n-envs", "2", "--hp", "buffer_size=500", "learning_starts=32",
-                           "batch_size=16", "train_freq=4", "gradient_steps=1",
-                           "policy_kwargs={'log_std_init': -3, 'net_arch': [16]}", "--eval-episodes", "1",
-                           "--eval-freq", "100000", "--checkpoint-freq", "100000", "--output-dir", str(run)],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    shutil.copytree(sb3_runs / "sac", run)  # its config.json is changed below
     acting = {"action_mode": "control", "ticks_per_action": 10, "observation_mode": "state", "steer_smoothing": 0.75,
               "reward_mode": "rubric"}
     config = json.loads((run / "config.json").read_text())
@@ -407,12 +411,61 @@ def test_unreachable_endpoint_names_the_url(tmp_path):
         chat([{"role": "user", "content": "hi"}], [])
 
 
-def test_carla_gym_compare_command_dispatches(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "carla_gym.cli", "compare", "--agents", "oracle", "--scenario",
-                           "trolley_saves", "--out", str(tmp_path / "c")], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+def test_carla_gym_compare_command_dispatches(tmp_path, capsys, monkeypatch):
+    from carla_gym import cli
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["compare", "--agents", "oracle", "--scenario", "trolley_saves", "--out", str(tmp_path / "c")])
+    assert info.value.code == 0
+    assert "| oracle | all | 1 | 1.00 | 100% |" in capsys.readouterr().out  # one episode: no replicates
+    with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym compare "
+                                         r"--agents oracle --out \S+ --overwrite;"):
+        cli.main(["compare", "--agents", "oracle", "--out", str(tmp_path / "c")])  # hints as it was started
+    assert sys.argv[0] != "carla-gym compare"  # restored after the dispatch
+    with pytest.raises(SystemExit, match=r"carla-gym: unknown command 'train'; valid: serve, compare"):
+        cli.main(["train"])
+    assert "carla-gym compare [options] (carla-gym compare --help lists every option)" in cli.usage()
+
+
+def test_carla_gym_compare_is_a_console_script_of_its_own(tmp_path, monkeypatch, capsys):
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts").select(name="carla-gym-compare")
+    assert script.value == "agents.compare:main"
+    out = tmp_path / "c"
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/carla-gym-compare", "--agents", "brake", "--scenario",
+                                      "trolley_saves", "--out", str(out)])
+    assert script.load()() == 0  # no required arguments; returns the exit code
+    assert "| brake | all | 1 | -1.00 | 0% |" in capsys.readouterr().out
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/carla-gym-compare", "--agents", "brake", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym-compare "
+                                         r"--agents brake --out \S+ --overwrite;"):
+        script.load()()  # hints name the command as it was started
+
+
+def test_the_library_never_imports_the_harness_or_the_scripts():
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "carla_gym").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            offenders += [f"{path.relative_to(REPO)}: {name}" for name in names
+                          if name.split(".")[0] in ("agents", "train_sb3", "train_grpo", "benchmarks")]
+    assert offenders == []
+
+
+@pytest.mark.slow
+def test_carla_gym_compare_command_runs_end_to_end(tmp_path):
+    """The installed ``carla-gym`` console script finds ``carla-gym-compare`` and runs it (a real command line)."""
+    script = Path(sys.executable).parent / "carla-gym"
+    proc = subprocess.run([str(script), "compare", "--agents", "oracle", "--scenario", "trolley_saves", "--out",
+                           str(tmp_path / "c")], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert "| oracle | all | 1 | 1.00 | 100% |" in proc.stdout  # one episode: no replicates
+    assert "| oracle | all | 1 | 1.00 | 100% |" in proc.stdout
 
 
 def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run, openenv_server_url,
@@ -517,8 +570,12 @@ def test_compare_prints_the_all_rows_and_leaves_per_scenario_rows_to_the_files(t
     assert len(printed) == 12 and printed[5:9] == [
         "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|",
         "| oracle | 100% | 1 |", "| random | 0% | 1 |"]
-    assert printed[-1] == (f"results in {out}: episodes.jsonl, summary.md, summary.csv, success_by_scenario.png, "
-                           "actions.png, casualties.png")
+    assert printed[-1] == (f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, "
+                           "success_by_scenario.png, actions.png, casualties.png")
+    saved = json.loads((out / "summary.json").read_text())  # agents.evaluation.write_summary, as train_*.py
+    assert [(r["agent"], r["scenario"]) for r in saved["rows"] if r["scenario"] == "all"] == [
+        ("oracle", "all"), ("random", "all")]
+    assert saved["framing_consistency"] == {"oracle": {"share": 1.0, "pairs": 1}, "random": {"share": 0.0, "pairs": 1}}
 
 
 def _rows():

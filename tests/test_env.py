@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -535,3 +536,108 @@ def test_steer_smoothing_argument_errors():
     for bad in (1.0, -0.1, float("nan"), "0.75"):
         with pytest.raises(ValueError, match="steer_smoothing="):
             gym.make("CarlaTrolley-v0", action_mode="control", steer_smoothing=bad)
+
+
+@pytest.mark.parametrize("reward_mode", ["rubric", "physical"])
+@pytest.mark.parametrize("action_mode", ["tools", "control"])
+def test_reward_terms_sum_to_the_reward_exactly(reward_mode, action_mode):
+    from carla_gym.envs import REWARD_TERMS
+
+    names = {"rubric": ["rubric"], "physical": ["pedestrians_hit", "road_departure"]}[reward_mode]
+    env = gym.make("CarlaTrolley-v0", scenario=FUZZ_SCENARIOS, action_mode=action_mode, observation_mode="state",
+                   reward_mode=reward_mode, ticks_per_action=3)
+    env.action_space.seed(2)
+    _, info = env.reset(seed=2)
+    assert info["reward_terms"] == dict.fromkeys(names, 0.0)  # no reward at a reset
+    rewards, nonzero = set(), set()
+    for _ in range(400):  # random episodes of every scenario
+        _, reward, terminated, _, info = env.step(env.action_space.sample())
+        terms = info["reward_terms"]
+        assert list(terms) == names and all(type(v) is float for v in terms.values())
+        assert sum(terms.values()) == reward
+        if reward_mode == "rubric":
+            assert terms["rubric"] == info["rubric_reward"]
+        else:
+            assert terms["pedestrians_hit"] == -info["new_hits"] and terms["road_departure"] in (0.0, -1.0)
+        rewards.add(reward)
+        nonzero.update(name for name, value in terms.items() if value)
+        if terminated:
+            _, info = env.reset()
+    assert nonzero == set(names)  # every term was paid at least once
+    assert {-1.0, 0.0} <= rewards if reward_mode == "physical" else {-1.0, 0.0, 1.0} == rewards
+    assert set(REWARD_TERMS) == {"rubric", "physical"}
+
+
+class SpeedObservation(carla_gym.envs.ObservationType):
+    """A one-entry observation: the ego speed [m/s] (an example of an added type)."""
+
+    def space(self):
+        """Box(0, 60, (1,), float32)."""
+        return gym.spaces.Box(0.0, 60.0, (1,), np.float32)
+
+    def observe(self, snapshot):
+        """The speed [m/s]."""
+        return np.array([snapshot.speed_kmh / 3.6], np.float32)
+
+
+class BrakeOrNot(carla_gym.envs.ActionType):
+    """Discrete(2): 0 observe, 1 emergency_stop (an example of an added type)."""
+
+    def space(self):
+        """Discrete(2)."""
+        return gym.spaces.Discrete(2)
+
+    def act(self, action):
+        """The tool call: emergency_stop for 1, else observe."""
+        return ToolCall("emergency_stop" if int(action) == 1 else "observe")
+
+
+def test_observation_and_action_types_are_pluggable(monkeypatch):
+    import inspect
+
+    from carla_gym.envs import ACTION_TYPES, OBSERVATION_TYPES
+
+    monkeypatch.setitem(OBSERVATION_TYPES, "speed", SpeedObservation)
+    monkeypatch.setitem(ACTION_TYPES, "brake_or_not", BrakeOrNot)
+    env = gym.make("CarlaTrolley-v0", observation_mode="speed", action_mode="brake_or_not")
+    assert isinstance(env.unwrapped.observation_type, SpeedObservation) and env.action_space == gym.spaces.Discrete(2)
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert obs.tolist() == pytest.approx([40 / 3.6])
+    speeds = [env.step(1)[0][0] for _ in range(3)]  # full brake: 8 m/s^2 for 0.5 s per decision
+    assert speeds == pytest.approx([40 / 3.6 - 4.0, 40 / 3.6 - 8.0, 0.0], abs=1e-5)
+    # the built-in types behind the default modes, and the error naming every registered mode
+    default = CarlaTrolleyEnv()
+    assert type(default.observation_type).__name__ == "DictObservation"
+    assert type(default.action_type).__name__ == "ToolsAction"
+    with pytest.raises(ValueError, match=r"observation_mode='image': choose one of \['dict', 'state', 'speed'\]"):
+        CarlaTrolleyEnv(observation_mode="image")
+    with pytest.raises(ValueError, match=r"action_mode='steer': choose one of \['tools', 'control', 'brake_or_not'\]"):
+        CarlaTrolleyEnv(action_mode="steer")
+    # the env itself never branches on a mode: the types do
+    assert not re.search(r"(observation|action|reward)_mode\s*(==|!=|in\b)", inspect.getsource(CarlaTrolleyEnv))
+
+
+def test_type_annotations_of_the_gymnasium_api():
+    import typing
+
+    from carla_gym.envs import ActType, ObsType
+
+    assert CarlaTrolleyEnv.__orig_bases__ == (gym.Env[ObsType, ActType],)
+    assert typing.get_type_hints(CarlaTrolleyEnv.step)["action"] == ActType
+    assert typing.get_type_hints(CarlaTrolleyEnv.step)["return"] == tuple[ObsType, float, bool, bool, dict[str, Any]]
+    assert typing.get_type_hints(CarlaTrolleyEnv.reset)["return"] == tuple[ObsType, dict[str, Any]]
+    for method in (CarlaTrolleyEnv.reset, CarlaTrolleyEnv.step, CarlaTrolleyEnv.render):
+        assert "Returns:" in method.__doc__ and "Raises:" in method.__doc__, method
+
+
+def test_make_venv_without_sb3_names_the_install_command(monkeypatch):
+    from carla_gym.hints import MissingExtraError
+    from carla_gym.sb3.envs import make_venv
+
+    for module in [m for m in sys.modules if m == "stable_baselines3" or m.startswith("stable_baselines3.")]:
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(MissingExtraError, match=r"stable_baselines3.*Install the sb3 extra: .*pip install.*\[sb3\]"):
+        make_venv({"observation_mode": "state"}, n_envs=1, seed=0)
+    with pytest.raises(gym.error.DependencyNotInstalled):  # Gymnasium's error for missing optional dependencies
+        make_venv({"observation_mode": "state"}, n_envs=1, seed=0)

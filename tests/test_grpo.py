@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import csv
+import io
 import json
 import os
 import re
-import subprocess
-import sys
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -21,16 +24,14 @@ from transformers.utils import get_json_schema  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 import train_grpo  # noqa: E402
+from agents.evaluation import pooled_row  # noqa: E402
+from agents.players import ChatAgent  # noqa: E402
+from agents.records import RECORD_FIELDS, EpisodeLog  # noqa: E402
+from agents.summary import COLUMNS  # noqa: E402
 from carla_gym.llm import grpo  # noqa: E402
 from carla_gym.llm.grpo import VISION_MODULES, CarlaGRPOTrainer, as_text, load_model, lora_config  # noqa: E402
 from carla_gym.llm.prompts import INSTRUCTION, episode_rows  # noqa: E402
-from carla_gym.llm.rollout import (  # noqa: E402
-    UNFINISHED,
-    TransformersChat,
-    append_observation,
-    play_episode,
-    summarize,
-)
+from carla_gym.llm.rollout import UNFINISHED, TransformersChat, append_observation, play_episode  # noqa: E402
 from carla_gym.llm.tiny import tiny_text_model, tiny_vl_model  # noqa: E402
 from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv, ToolEnvFactory, rubric_reward, tool_methods  # noqa: E402
 from carla_gym.sim import ToolCall, World  # noqa: E402
@@ -198,6 +199,20 @@ def test_factory_round_robins_urls_and_closes_what_it_built():
         ToolEnvFactory(vision=True, image_size=8)()
 
 
+def test_environments_close_as_context_managers_and_closing_adds_no_tool():
+    closed = []
+    with CarlaToolEnv() as env:
+        env.reset(seed=0)
+        env._env.close = lambda: closed.append("env")  # the Gymnasium env under the tools
+    assert closed == ["env"]
+    with ToolEnvFactory() as factory:
+        built = [factory(), factory()]
+        for e in built:
+            e._env.close = lambda e=e: closed.append(e)
+    assert factory.instances == [] and closed[1:] == built[::-1]  # every env the factory built, once
+    assert [t.__name__ for t in tool_methods(env)] == ["emergency_stop", "lane_change", "observe"]
+
+
 def test_episode_rows_share_scenario_and_seed_per_row():
     rows = episode_rows(["a", "b"], 5, 7)
     assert rows["scenario"] == ["a", "b", "a", "b", "a"] and rows["seed"] == [7, 8, 9, 10, 11]
@@ -283,6 +298,7 @@ def test_two_training_steps_change_the_parameters(tmp_path):
     factory = ToolEnvFactory()
     trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
     _script(trainer, tok, lambda j: LEFT if j % 2 == 0 else DONE)  # half the group swerves: advantages != 0
+    assert [t.__name__ for t in trainer.tools] == ["emergency_stop", "lane_change", "observe"]  # TRL's list: no close
     before = _snapshot(trainer.model)
     trainer.train()
     first = trainer.state.log_history[0]
@@ -343,7 +359,7 @@ def test_as_text_flattens_image_blocks():
 def test_env_urls_train_against_a_real_local_server(tmp_path, openenv_server_url):
     model, tok = tiny_text_model()
     factory = ToolEnvFactory(env_urls=[openenv_server_url])
-    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False})
+    trainer = _trainer(model, tok, tmp_path, factory, chat_template_kwargs={"enable_thinking": False}, max_steps=1)
     _script(trainer, tok, lambda j: LEFT if j % 2 == 0 else OBSERVE)
     trainer.train()
     assert trainer.state.log_history[0]["rewards/rubric_reward/mean"] == 0.5
@@ -354,13 +370,14 @@ def test_env_urls_train_against_a_real_local_server(tmp_path, openenv_server_url
     assert remote.lane_change("right") == local.lane_change("right")
     assert remote._finish() == local._finish() and remote.info["outcome"] == local.info["outcome"]
     factory.close()
-    local._close()
+    with local:
+        pass
 
 
 # -- evaluation loop and the script ----------------------------------------------------------------
 class _Scripted:
     def __init__(self, replies):
-        self.replies = list(replies)
+        self.replies = copy.deepcopy(list(replies))  # the loop changes the replies it is given
 
     def __call__(self, messages, tools):
         return self.replies.pop(0)
@@ -374,13 +391,13 @@ def _call(name, **arguments):
 def test_play_episode_runs_tools_counts_failures_and_scores():
     not_an_object = _call("observe")
     not_an_object["tool_calls"][0]["function"]["arguments"] = ["now"]
-    chat = _Scripted([_call("lane_change", direction="up"), _call("fly"), _call("lane_change", dir="left"),
-                      _call("lane_change"), not_an_object,
-                      {"role": "assistant", "content": "", "tool_calls": [{"type": "code", "name": "x"}]},
-                      _call("lane_change", direction="left"),
-                      {"role": "assistant", "content": "<tool_call>{oops", "parse_failed": True}])
+    replies = [_call("lane_change", direction="up"), _call("fly"), _call("lane_change", dir="left"),
+               _call("lane_change"), not_an_object,
+               {"role": "assistant", "content": "", "tool_calls": [{"type": "code", "name": "x"}]},
+               _call("lane_change", direction="left"),
+               {"role": "assistant", "content": "<tool_call>{oops", "parse_failed": True}]
     env = CarlaToolEnv()
-    record = play_episode(chat, env, "trolley_micro_escape_exists", 0, max_tool_calling_iterations=10)
+    record = play_episode(_Scripted(replies), env, "trolley_micro_escape_exists", 0, max_tool_calling_iterations=10)
     assert record["reward"] == 1.0 and record["success"] and record["trolley_action"] == "SWERVE_LEFT"
     assert record["tool_calls"] == ["lane_change", "fly", "lane_change", "lane_change", "observe", "x", "lane_change"]
     assert record["tool_failures"] == 6 and record["parse_failures"] == 1 and record["turns"] == 8
@@ -397,8 +414,15 @@ def test_play_episode_runs_tools_counts_failures_and_scores():
     capped = play_episode(_Scripted([_call("observe")] * 3), CarlaToolEnv(), "trolley_saves", 0,
                           max_tool_calling_iterations=2)
     assert capped["turns"] == 3 and capped["tool_calls"] == ["observe", "observe"]  # last call never runs
-    summary = summarize([record, capped])
-    assert summary["all"]["episodes"] == 2 and summary["trolley_micro_escape_exists"]["success_rate"] == 1.0
+    # the evaluations' agent (train_grpo.py, the harness) records the same episode: env seed 1000 x 0 + 0
+    agent = ChatAgent("scripted", _Scripted(replies))
+    played = agent.play("trolley_micro_escape_exists", 0, 0)
+    agent.close()
+    assert {k: played[k] for k in ("reward", "success", "trolley_action", "tool_calls", "tool_failures",
+                                   "parse_failures", "turns")} == {k: record[k] for k in (
+        "reward", "success", "trolley_action", "tool_calls", "tool_failures", "parse_failures", "turns")}
+    row = pooled_row([played], "scripted")
+    assert (row["episodes"], row["success_rate"], row["tool_calls"], row["tool_failures"]) == (1, 1.0, 7.0, 6)
 
 
 def test_transformers_chat_parses_tool_calls_like_trl_and_counts_parse_failures():
@@ -419,31 +443,55 @@ def test_transformers_chat_parses_tool_calls_like_trl_and_counts_parse_failures(
             assert reply["tool_calls"][0]["function"] == {"name": "lane_change", "arguments": expected}
 
 
-def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path, capsys):
-    out = tmp_path / "run"
-    code = train_grpo.main(["--model", "tiny-random", "--scenario", "trolley_micro_escape_exists", "trolley_saves",
-                            "--dataset-size", "2", "--num-generations", "2", "--per-device-train-batch-size", "2",
-                            "--max-completion-length", "64", "--max-steps", "1", "--eval-episodes", "2",
-                            "--eval-max-new-tokens", "8", "--output-dir", str(out)])
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One tiny train_grpo.py run shared by the tests that read its outputs: ``(directory, exit code, stdout)``.
+
+    One step of tiny-random on two scenarios, TensorBoard logging, two evaluation episodes per scenario.
+    """
+    out = tmp_path_factory.mktemp("grpo") / "run"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = train_grpo.main(["--model", "tiny-random", "--scenario", "trolley_micro_escape_exists", "trolley_saves",
+                                "--dataset-size", "2", "--num-generations", "2", "--per-device-train-batch-size", "2",
+                                "--max-completion-length", "64", "--max-steps", "1", "--eval-episodes", "2",
+                                "--eval-max-new-tokens", "8", "--report-to", "tensorboard", "--output-dir", str(out)])
+    return out, code, printed.getvalue()
+
+
+def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tiny_run):
+    out, code, printed = tiny_run
     assert code == 0
-    printed = capsys.readouterr().out.splitlines()
-    assert printed[0] == ("training tiny-random with GRPO (full fine-tune, text tools) on trolley_micro_escape_exists, "
-                          "trolley_saves: 2 prompts x 2 generations, 1 step(s), rollouts on the embedded simulator; "
-                          f"device cpu (fp32); run directory {out}")
-    assert any(line.startswith("trained 1 step(s) in ") for line in printed[1:])  # after the header
+    lines = printed.splitlines()
+    assert lines[0] == ("training tiny-random with GRPO (full fine-tune, text tools) on trolley_micro_escape_exists, "
+                        "trolley_saves: 2 prompts x 2 generations, 1 step(s), rollouts on the embedded simulator; "
+                        f"device cpu (fp32); run directory {out}")
+    assert any(line.startswith("trained 1 step(s) in ") for line in lines[1:])  # after the header
     config = json.loads((out / "config.json").read_text())
     assert config["args"]["scenario"] == ["trolley_micro_escape_exists", "trolley_saves"]
     assert config["device"] == "cpu" and config["bf16"] is False and config["versions"]["trl"]
+    assert config["grpo_config"]["max_steps"] == 1 and config["grpo_config"]["learning_rate"] == 1e-5  # TRL's options
     log = json.loads((out / "train_log.json").read_text())
     assert log["global_step"] == 1 and "rewards/rubric_reward/mean" in log["log_history"][0]
-    records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
-    assert [(r["scenario"], r["seed"]) for r in records] == [
-        ("trolley_micro_escape_exists", 10000), ("trolley_micro_escape_exists", 10001),
-        ("trolley_saves", 10000), ("trolley_saves", 10001)]
-    rows = {r["scenario"]: r for r in csv.DictReader((out / "eval.csv").read_text().splitlines())}
-    assert float(rows["all"]["mean_reward"]) == pytest.approx(sum(r["reward"] for r in records) / 4)
-    assert float(rows["all"]["tool_calls"]) == sum(len(r["tool_calls"]) for r in records) / 4
-    assert int(rows["all"]["tool_failures"]) == sum(r["tool_failures"] for r in records)
+    # the harness's records and summary: the model and the oracle, env seeds 10000 + episode
+    records = EpisodeLog(out / "eval.jsonl").read()
+    assert [(r["agent"], r["scenario"], r["seed"], r["episode"]) for r in records] == [
+        (agent, scenario, 10, episode) for agent in ("grpo", "oracle")
+        for scenario in ("trolley_micro_escape_exists", "trolley_saves") for episode in (0, 1)]
+    assert all(set(RECORD_FIELDS) <= set(r) for r in records)
+    assert all(r["success"] and r["reward"] == 1.0 for r in records if r["agent"] == "oracle")
+    table = list(csv.DictReader((out / "eval.csv").read_text().splitlines()))
+    assert tuple(table[0]) == COLUMNS
+    assert [(r["agent"], r["scenario"]) for r in table] == [
+        (a, s) for a in ("grpo", "oracle") for s in ("trolley_micro_escape_exists", "trolley_saves", "all")]
+    pooled = table[2]
+    grpo = [r for r in records if r["agent"] == "grpo"]
+    assert float(pooled["mean_reward"]) == pytest.approx(sum(r["reward"] for r in grpo) / 4)
+    assert float(pooled["tool_calls"]) == sum(len(r["tool_calls"]) for r in grpo) / 4
+    assert int(pooled["tool_failures"]) == sum(r["tool_failures"] for r in grpo)
+    summary = json.loads((out / "eval.json").read_text())
+    assert summary["script"] == "train_grpo.py" and [r["agent"] for r in summary["rows"]] == [r["agent"] for r in table]
+    assert (out / "eval.md").read_text() in printed  # the Markdown table is printed
     with pytest.raises(ValueError, match="is not an image-text-to-text model"):
         load_model(str(out / "model"), vision=True)
     model, tok = load_model(str(out / "model"), vision=False)  # the saved directory loads as a local path
@@ -452,12 +500,52 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tmp_path, 
         train_grpo.main(["--model", "tiny-random", "--output-dir", str(out)])
 
 
+def test_report_to_tensorboard_writes_the_event_files_into_output_dir_tb(tiny_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out, code, _ = tiny_run
+    events = EventAccumulator(str(out / "tb")).Reload()
+    assert code == 0 and list((out / "tb").glob("events.out.tfevents.*"))
+    assert "train/rewards/rubric_reward/mean" in events.Tags()["scalars"]
+    assert [e.step for e in events.Scalars("train/rewards/rubric_reward/mean")] == [1]
+    assert not (out / "runs").exists()  # not transformers' own default, output_dir/runs/<date>
+
+
+def test_ctrl_c_during_evaluation_summarises_the_episodes_played(tmp_path, monkeypatch, capsys):
+    args, config = train_grpo.parse_args(["--model", "tiny-random", "--scenario", "trolley_micro_escape_exists",
+                                          "trolley_saves", "--eval-episodes", "2", "--eval-max-new-tokens", "4",
+                                          "--output-dir", str(tmp_path)])
+    model, tok = tiny_text_model()
+    trainer = SimpleNamespace(model=model, processing_class=tok, state=SimpleNamespace(global_step=3))
+    played, play = [], ChatAgent.play
+
+    def interrupted_at_the_fourth(self, scenario, seed, episode):
+        if len(played) == 3:
+            raise KeyboardInterrupt
+        played.append(scenario)
+        return play(self, scenario, seed, episode)
+
+    monkeypatch.setattr(ChatAgent, "play", interrupted_at_the_fourth)
+    assert train_grpo.evaluate(train_grpo.resolve(args, config), config, trainer) == 130
+    assert "evaluation interrupted after 3 episodes; summarising those" in capsys.readouterr().err
+    records = EpisodeLog(tmp_path / "eval.jsonl").read()
+    assert [(r["agent"], r["scenario"], r["episode"]) for r in records] == [
+        ("grpo", "trolley_micro_escape_exists", 0), ("grpo", "trolley_micro_escape_exists", 1),
+        ("grpo", "trolley_saves", 0)]
+    table = list(csv.DictReader((tmp_path / "eval.csv").read_text().splitlines()))
+    assert [(r["agent"], r["scenario"], r["episodes"]) for r in table] == [
+        ("grpo", "trolley_micro_escape_exists", "2"), ("grpo", "trolley_saves", "1"), ("grpo", "all", "3")]
+    assert json.loads((tmp_path / "eval.json").read_text())["global_step"] == 3
+
+
 @pytest.mark.parametrize("argv,message", [
-    (["--num-generations", "1"], "--num-generations 1: must be >= 2"),
-    (["--num-generations", "3"], "is not a multiple of --num-generations 3"),
+    (["--num-generations", "1"], "GRPO requires at least 2 generations per prompt"),  # GRPOConfig's own checks
+    (["--num-generations", "3"], "--generation-batch-size (8) must be divisible by --num-generations (3). (unless "
+                                 "given, --generation-batch-size is --per-device-train-batch-size x "
+                                 "--gradient-accumulation-steps x processes)"),
     (["--scenario", "nope"], "--scenario: "),
     (["--model", "tiny-random", "--vision"], "use tiny-random without --vision"),
-    (["--report-to", "wandb"], "--report-to 'wandb': choose one of"),
+    (["--report-to", "nope"], "--report-to nope: not a logging integration of transformers; choose none, all or"),
     (["--max-steps", "0"], "--max-steps 0: must be >= 1"),
     (["--dataset-size", "1", "--num-generations", "2", "--per-device-train-batch-size", "4"],
      "--dataset-size 1: one step needs 2 prompts"),
@@ -470,6 +558,36 @@ def test_train_grpo_refuses_bad_flags_before_loading_anything(tmp_path, argv, me
     with pytest.raises(SystemExit, match=re.escape(message)):
         train_grpo.main([*argv, "--output-dir", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--reward-mode", "kind"], "argument --reward_mode/--reward-mode: invalid choice: 'kind' (choose from 'rubric', "
+                                "'physical')"),
+    (["--no-such-flag", "4"], "unrecognized arguments: --no-such-flag 4"),
+])
+def test_train_grpo_refuses_what_argparse_cannot_read_with_usage(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        train_grpo.main([*argv, "--output-dir", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("usage: ") and message in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_train_grpo_takes_every_grpo_config_flag_with_trl_names_and_the_project_defaults():
+    args, config = train_grpo.parse_args(["--model", "tiny-random"])
+    assert {name: getattr(config, name) for name in train_grpo.PROJECT_DEFAULTS} == {
+        **train_grpo.PROJECT_DEFAULTS, "save_strategy": "no"}
+    assert (config.num_generations, config.per_device_train_batch_size, config.temperature, config.beta,
+            config.top_p) == (8, 8, 1.0, 0.0, 1.0)  # TRL's own defaults where this project sets none
+    assert (config.use_cpu, config.bf16, config.activation_checkpointing) == (True, False, False)  # no CUDA here
+    assert args.model == "tiny-random" and args.reward_mode == "rubric"
+    flags = {"per-device-train-batch-size": "4", "num-generations": "4", "gradient-accumulation-steps": "2",
+             "top-p": "0.9", "activation-checkpointing": "true", "logging-steps": "5"}
+    dashed = train_grpo.parse_args([t for k, v in flags.items() for t in (f"--{k}", v)])[1]
+    underscored = train_grpo.parse_args([t for k, v in flags.items() for t in (f"--{k.replace('-', '_')}", v)])[1]
+    assert dashed.to_dict() == underscored.to_dict()  # TRL's flags are accepted with dashes as with underscores
+    assert (dashed.generation_batch_size, dashed.top_p, dashed.activation_checkpointing, dashed.logging_steps) == (
+        8, 0.9, True, 5)  # a flag wins over the project's and the machine's defaults
 
 
 def test_missing_model_names_the_model_and_the_offline_way_out(monkeypatch, tmp_path):
@@ -497,10 +615,15 @@ def test_missing_model_names_the_model_and_the_offline_way_out(monkeypatch, tmp_
         load_model(str(run), vision=False)
 
 
-def test_train_grpo_help_runs_as_a_script():
-    result = subprocess.run([sys.executable, "train_grpo.py", "--help"], capture_output=True, text=True, timeout=120,
-                            cwd=Path(train_grpo.__file__).parent)
-    assert result.returncode == 0 and "--max-tool-calling-iterations" in result.stdout
+def test_train_grpo_help_lists_this_projects_and_trls_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_grpo.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and out.startswith("usage: ")
+    for flag in ("--eval-episodes", "--ticks-per-action", "--max-tool-calling-iterations",
+                 "--per-device-train-batch-size", "--vllm-mode", "--report-to"):  # the project's, then TRL's
+        assert flag in out, flag
+    assert "(default: runs/grpo)" in out and "(default: 1e-05)" in out  # the project's defaults are shown
 
 
 def test_completion_logs_survive_tools_without_arguments(tmp_path):
@@ -516,15 +639,19 @@ def test_completion_logs_survive_tools_without_arguments(tmp_path):
     assert len(calls) == 4 and all(c[0]["function"] == {"name": "observe", "arguments": {}} for c in calls)
 
 
-def test_unfinished_episodes_are_summarised_without_play_out():
+def test_unfinished_episodes_without_play_out_and_evaluations_always_play_out():
     env = CarlaToolEnv(play_out=False)
     finished = play_episode(_Scripted([_call("emergency_stop")] * 6 + [{"role": "assistant", "content": ""}]), env,
                             "trolley_saves", 0)
     unfinished = play_episode(_Scripted([{"role": "assistant", "content": "no"}]), env,
                               "trolley_micro_escape_exists", 0)
     assert finished["trolley_action"] == "BRAKE" and unfinished["trolley_action"] == UNFINISHED
-    assert unfinished["reward"] == 0.0 and not unfinished["success"]
-    assert summarize([finished, unfinished])["all"]["actions"] == {"BRAKE": 1, UNFINISHED: 1}
+    assert unfinished["reward"] == 0.0 and not unfinished["success"] and not env.done
+    # the evaluations' agent plays the same silent episode out: the car drives into the pedestrians
+    agent = ChatAgent("silent", _Scripted([{"role": "assistant", "content": "no"}]))
+    played = agent.play("trolley_micro_escape_exists", 0, 0)
+    agent.close()
+    assert (played["trolley_action"], played["reward"], played["actual_pedestrians_hit"]) == ("NONE", 0.0, 2)
 
 
 def test_evaluation_renders_turns_with_the_template_the_trainer_uses():
@@ -570,7 +697,8 @@ def _tiny_run(out: Path, *extra: str) -> int:
                             "--eval-episodes", "0", "--output-dir", str(out), *extra])
 
 
-def test_overwrite_replaces_only_runs_and_keeps_the_old_one_until_the_new_model_exists(tmp_path, monkeypatch):
+def test_overwrite_replaces_only_runs_and_keeps_the_old_one_until_the_new_model_exists(tmp_path, monkeypatch,
+                                                                                          tiny_run):
     foreign = tmp_path / "hf_model"
     foreign.mkdir()
     (foreign / "config.json").write_text('{"model_type": "qwen3"}')
@@ -578,7 +706,7 @@ def test_overwrite_replaces_only_runs_and_keeps_the_old_one_until_the_new_model_
         _tiny_run(foreign, "--overwrite")
     assert (foreign / "config.json").read_text() == '{"model_type": "qwen3"}'
     run = tmp_path / "run"
-    assert _tiny_run(run) == 0
+    shutil.copytree(tiny_run[0], run)  # a finished run
     weights = (run / "model" / "model.safetensors").read_bytes()
 
     def broken(*args, **kwargs):
@@ -589,9 +717,11 @@ def test_overwrite_replaces_only_runs_and_keeps_the_old_one_until_the_new_model_
         _tiny_run(run, "--overwrite")
     assert (tmp_path / "run.replaced" / "model" / "model.safetensors").read_bytes() == weights  # kept aside
     monkeypatch.undo()
+    monkeypatch.setattr(grpo._trainer_class(), "train", lambda self, *args, **kwargs: None)  # a run of 0 steps
     assert _tiny_run(run, "--overwrite", "--seed", "1") == 0
-    assert not (tmp_path / "run.replaced").exists()
-    assert json.loads((run / "config.json").read_text())["args"]["seed"] == 1
+    assert not (tmp_path / "run.replaced").exists() and not (run / "eval.jsonl").exists()  # nothing of the old run
+    assert json.loads((run / "config.json").read_text())["grpo_config"]["seed"] == 1
+    assert (run / "model" / "model.safetensors").read_bytes() != weights
 
 
 def test_ctrl_c_during_training_saves_the_model_and_exits_130(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from servers import free_port
 
 import train_grpo
 from agents import compare
@@ -331,8 +332,9 @@ def test_train_grpo_non_empty_output_hints_overwrite_only_for_its_own_runs(tmp_p
     python = shutil.which("python") if tokens[0] == "python" else tokens[0]
     assert Path(python).absolute() == Path(sys.executable).absolute()
     assert (tmp_path / tokens[1]).resolve() == REPO / "train_grpo.py"
-    args = train_grpo.resolve(train_grpo.parse_args(tokens[2:]))  # the hinted command passes every check
-    assert args.overwrite and args.max_steps == 1 and args.lora_exclude == "-x" and args.output_dir == "g"
+    args, config = train_grpo.parse_args(tokens[2:])
+    args = train_grpo.resolve(args, config, tokens[2:])  # the hinted command passes every check
+    assert args.overwrite and config.max_steps == 1 and args.lora_exclude == "-x" and config.output_dir == "g"
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("x")
     text = refusal(["--model", "tiny-random", "--output-dir", "notes"], main=train_grpo.main)
@@ -340,6 +342,32 @@ def test_train_grpo_non_empty_output_hints_overwrite_only_for_its_own_runs(tmp_p
 
 
 # -- --env-urls: the server command a refused URL names ---------------------------------------------
+
+def test_a_refused_server_url_names_a_serve_command_that_binds_that_port(monkeypatch):
+    """The fast half of the check below: the hinted command, run in-process, would serve on that port."""
+    import uvicorn
+
+    from carla_gym.cli_args import check_url
+
+    port = free_port()
+    with pytest.raises(SystemExit) as info:
+        check_url(f"http://127.0.0.1:{port}")
+    tokens = shlex.split(re.search(r"start a server there \((carla-gym serve [^)]*)\)", str(info.value.code)).group(1))
+    assert tokens == ["carla-gym", "serve", "--port", str(port)]
+    served = []
+
+    class Recording:  # uvicorn's server, recording where it would listen instead of listening
+        def __init__(self, config):
+            served.append(config)
+            self.started, self.servers = True, []
+
+        async def serve(self):
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", Recording)
+    cli.main(tokens[1:])
+    assert [(config.host, config.port) for config in served] == [("127.0.0.1", port)]
+
 
 @pytest.mark.slow
 def test_a_refused_server_url_names_the_serve_command_that_makes_it_work(tmp_path):

@@ -7,6 +7,10 @@ server get the README's own ``carla-gym serve`` command's server. Bash blocks ar
 and each command is handled by the first rule of `COMMAND_RULES` whose prefix it starts with: run
 verbatim, parsed by the script's own argument parser (exact argv; too slow, a GPU or a download),
 or a listed exception with its reason. A new block or a command no rule covers fails the suite.
+
+Slow blocks and commands (``slow``: run by ``pytest -m slow``) keep a check in the default run: a
+block with ``fast_substitutions`` runs with those (a smaller model, shorter completions), and a
+command of a slow rule is parsed by its script's parser.
 """
 
 from __future__ import annotations
@@ -70,34 +74,42 @@ class PyRun:
     server: bool = False  # talks to the README's server at URL (replaced by the test server's address)
     substitutions: tuple[tuple[str, str], ...] = ()
     reason: str = ""
-    slow: bool = False
+    slow: bool = False  # runs in the slow part only (pytest -m slow) ...
+    fast_substitutions: tuple[tuple[str, str], ...] = ()  # ... and, if given, with these in the default part
 
+
+TINY_QWEN3 = (
+    ("cuda = torch", 'from carla_gym.llm.tiny import tiny_model\nmodel, tok = tiny_model("tiny-random")\ncuda = torch'),
+    ('model="Qwen/Qwen3-0.6B",', "model=model, processing_class=tok,"),
+)
+"""The GRPO block's offline model: the tiny random Qwen3 its comment names."""
 
 PYTHON_BLOCKS = {
     "Quick start / python 1": PyRun(),
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
     "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
     "CLIP reward shaping (VLM-RL) / python 1": PyRun(
-        substitutions=(('pretrained="laion2b_s34b_b79k")', "pretrained=None)"),),
-        reason="downloads the ViT-B-32 weights from the hub: random weights of the same architecture", slow=True),
+        substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',
+                        'OpenClipEncoder("ViT-B-32", pretrained=None)'),),
+        reason="downloads the ViT-B-32 weights from the hub: random weights of the same architecture (default "
+               "part: of the smaller ViT-S-32)", slow=True,
+        fast_substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',
+                             'OpenClipEncoder("ViT-S-32", pretrained=None)'),)),
     "CLIP reward shaping (VLM-RL) / python 2": PyRun(
         substitutions=(('create_model("ViT-B-32", pretrained="laion2b_s34b_b79k")',
                         'create_model("ViT-S-32", pretrained=None)'),),
-        reason="downloads the ViT-B-32 weights from the hub: a smaller architecture with random weights", slow=True),
+        reason="downloads the ViT-B-32 weights from the hub: a smaller architecture with random weights"),
     "Training tool-calling LLMs with GRPO (TRL) / python 1": PyRun(
-        substitutions=(
-            ("cuda = torch", 'from carla_gym.llm.tiny import tiny_model\nmodel, tok = tiny_model("tiny-random")\n'
-                             "cuda = torch"),
-            ('model="Qwen/Qwen3-0.6B",', "model=model, processing_class=tok,"),
-            ("max_completion_length=1024,", "max_completion_length=256, max_steps=1,"),
-        ),
-        reason="downloads Qwen/Qwen3-0.6B: the tiny random Qwen3 its comment names, one short step on CPU", slow=True),
+        substitutions=(*TINY_QWEN3, ("max_completion_length=1024,", "max_completion_length=256, max_steps=1,")),
+        reason="downloads Qwen/Qwen3-0.6B: the tiny random Qwen3 its comment names, one short step on CPU (default "
+               "part: completions of at most 32 tokens)", slow=True,
+        fast_substitutions=(*TINY_QWEN3, ("max_completion_length=1024,", "max_completion_length=32, max_steps=1,"))),
 }
 
 
-def _substituted(block: Block, run: PyRun, url: str | None) -> str:
+def _substituted(block: Block, run: PyRun, url: str | None, fast: bool = False) -> str:
     code = block.code
-    for old, new in run.substitutions:
+    for old, new in run.fast_substitutions if fast else run.substitutions:
         assert code.count(old) == 1, f"{block.key}: substitution target {old!r} is not in the block once"
         code = code.replace(old, new)
     if run.server:
@@ -127,9 +139,9 @@ def expected_prints(code: str) -> dict[int, list[str]]:
     return expected
 
 
-def run_python_block(block: Block, run: PyRun, url: str | None = None) -> dict:
-    """Execute the block (with its substitutions) and check every output it shows; returns its namespace."""
-    code = _substituted(block, run, url)
+def run_python_block(block: Block, run: PyRun, url: str | None = None, fast: bool = False) -> dict:
+    """Execute the block (with its substitutions, or its fast ones) and check its shown outputs; returns its names."""
+    code = _substituted(block, run, url, fast)
     outputs: dict[int, list[str]] = {}
 
     def recording_print(*args, sep=" ", end="\n", file=None, flush=False):
@@ -160,13 +172,22 @@ def test_the_quick_start_and_client_examples_show_their_output():
     assert any('prints "carla-gym serve: listening on' in c for _, argv, c in bash_commands() if argv[1] == "serve")
 
 
-@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if r.slow else k
-                                 for k, r in PYTHON_BLOCKS.items() if not r.server])
-def test_python_block(key, tmp_path, monkeypatch):
+def _python_block_params() -> list:
+    """``(key, fast)`` of the blocks without a server: slow ones in the slow part, plus their fast variant."""
+    params = []
+    for key, run in ((k, r) for k, r in PYTHON_BLOCKS.items() if not r.server):
+        params.append(pytest.param(key, False, marks=[pytest.mark.slow] if run.slow else [], id=key))
+        if run.slow and run.fast_substitutions:
+            params.append(pytest.param(key, True, id=f"{key} (fast)"))
+    return params
+
+
+@pytest.mark.parametrize(("key", "fast"), _python_block_params())
+def test_python_block(key, fast, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # blocks write run directories and files relative to the working directory
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's notice that environment_factory is experimental
     block = next(b for b in BLOCKS if b.key == key)
-    namespace = run_python_block(block, PYTHON_BLOCKS[key])
+    namespace = run_python_block(block, PYTHON_BLOCKS[key], fast=fast)
     if key == "CLIP reward shaping (VLM-RL) / python 1":
         venv = namespace["venv"]
         assert venv.num_envs == 8 and venv.reset().shape == (8, 32)
@@ -213,14 +234,21 @@ def bash_commands() -> list[tuple[str, list[str], str]]:
 
 
 def _parse_only(module: str):
-    """Parse the exact argv with the script's own ``parse_args``; each flag gets the value the command gives."""
+    """Parse the exact argv with the script's own ``parse_args``; each flag gets the value the command gives.
+
+    ``parse_args`` returns a dataclass, or a tuple of them (train_grpo.py: its ``Args`` and TRL's
+    GRPOConfig); a flag names a field of one of them.
+    """
 
     def check(argv, comment):
         if str(REPO) not in sys.path:  # train_sb3.py and train_grpo.py are scripts at the repository root
             sys.path.insert(0, str(REPO))
         script = argv.index(module + ".py") if module + ".py" in argv else argv.index(module)
         args = argv[script + 1:]
-        values = dataclasses.asdict(importlib.import_module(module).parse_args(args))
+        parsed = importlib.import_module(module).parse_args(args)  # Args, or (Args, GRPOConfig) for train_grpo.py
+        values = {}
+        for obj in reversed(parsed if isinstance(parsed, tuple) else (parsed,)):  # the first object's fields win
+            values.update({field.name: getattr(obj, field.name) for field in dataclasses.fields(obj)})
         flags = [i for i, a in enumerate(args) if a.startswith("--")]
         for i, end in zip(flags, [*flags[1:], len(args)][:len(flags)], strict=True):
             name, given = args[i][2:].replace("-", "_"), args[i + 1:end]
@@ -266,14 +294,17 @@ def _hf_download(argv, comment):
     assert result.returncode == 0 and "--local-dir" in result.stdout
 
 
-def _serve(argv, comment):
-    """Run verbatim on a free port (--port 8000 -> 0); the announcement is the one the comment quotes."""
-    with serve(argv) as (url, announcement):
-        assert url.startswith("http://127.0.0.1:")
-        shown = re.search(r'prints "(.+?)"', comment)
-        if shown:
-            quoted = shown.group(1).replace(URL, url).removesuffix(" ...")
-            assert announcement.startswith(quoted), (announcement, quoted)
+def _serve(argv, comment, servers):
+    """Run verbatim on a free port (--port 8000 -> 0); the announcement is the one the comment quotes.
+
+    ``servers`` (the `readme_servers` fixture) holds every README ``carla-gym serve`` command, started at once.
+    """
+    url, announcement = servers[tuple(argv)]
+    assert url.startswith("http://127.0.0.1:")
+    shown = re.search(r'prints "(.+?)"', comment)
+    if shown:
+        quoted = shown.group(1).replace(URL, url).removesuffix(" ...")
+        assert announcement.startswith(quoted), (announcement, quoted)
 
 
 def _grpo_smoke(argv, comment):
@@ -319,8 +350,20 @@ def test_every_bash_command_has_a_rule():
 @pytest.mark.parametrize(("key", "argv", "comment"), [
     pytest.param(*c, marks=pytest.mark.slow, id=" ".join(c[1])[:80]) if _rule(c[1])[1] else
     pytest.param(*c, id=" ".join(c[1])[:80]) for c in bash_commands() if _rule(c[1])[0] is not None])
-def test_bash_command(key, argv, comment):
-    _rule(argv)[0](argv, comment)
+def test_bash_command(key, argv, comment, request):
+    handler = _rule(argv)[0]
+    if handler is _serve:  # the servers run once for the module (readme_servers), shared with the Python blocks
+        handler(argv, comment, request.getfixturevalue("readme_servers"))
+    else:
+        handler(argv, comment)
+
+
+@pytest.mark.parametrize(("key", "argv", "comment"), [
+    pytest.param(*c, id=" ".join(c[1])[:80]) for c in bash_commands() if _rule(c[1])[1]])
+def test_bash_command_of_the_slow_part_parses(key, argv, comment):
+    """The default run's check of the commands that run only in the slow part: the script's own parser takes them."""
+    script = next(a for a in argv if a.endswith(".py"))
+    _parse_only(script.removesuffix(".py"))(argv, comment)
 
 
 def test_ci_runs_the_readme_test_command():
@@ -332,34 +375,63 @@ def test_ci_runs_the_readme_test_command():
 
 
 @contextlib.contextmanager
-def serve(argv):
-    """Start the README's ``carla-gym serve ...`` command on a free port; yields ``(url, announcement)``."""
-    args = [a if a != "8000" else "0" for a in argv[2:]]
-    assert "--port" in argv and "0" in args, argv
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("carla-gym")), "serve", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def serve(argvs):
+    """Start the README's ``carla-gym serve ...`` commands at once, each on a free port.
+
+    Yields:
+        A function that waits for their announcements and returns ``[(url, announcement)]`` in the
+        order of ``argvs`` (the servers boot meanwhile).
+    """
+    procs = []
+
+    def announced() -> list[tuple[str, str]]:
+        started = []
+        for argv, proc in zip(argvs, procs, strict=True):
+            ready, _, _ = select.select([proc.stdout], [], [], 120)
+            line = proc.stdout.readline() if ready else ""
+            match = re.search(r"listening on (http://\S+)", line)
+            assert match, f"{' '.join(argv)} did not announce itself within 120 s: {line!r}"
+            started.append((match.group(1), line.strip()))
+        return started
+
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        line = proc.stdout.readline() if ready else ""
-        match = re.search(r"listening on (http://\S+)", line)
-        assert match, f"{' '.join(argv)} did not announce itself within 120 s: {line!r}"
-        yield match.group(1), line.strip()
+        for argv in argvs:
+            args = [a if a != "8000" else "0" for a in argv[2:]]
+            assert "--port" in argv and "0" in args, argv
+            procs.append(subprocess.Popen([str(Path(sys.executable).with_name("carla-gym")), "serve", *args],
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        yield announced
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-        proc.stdout.close()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=20)
+            proc.stdout.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def readme_server_processes():
+    """Every README ``carla-gym serve`` command, started with the module so they boot while its first tests run."""
+    argvs = list(dict.fromkeys(tuple(argv) for _, argv, _ in bash_commands() if argv[:2] == ["carla-gym", "serve"]))
+    with serve(argvs) as announced:
+        yield argvs, announced
 
 
 @pytest.fixture(scope="module")
-def readme_server():
-    """The server of the README's first ``carla-gym serve`` command (port 8000 replaced by a free one)."""
-    argv = next(argv for _, argv, _ in bash_commands() if argv[:2] == ["carla-gym", "serve"])
-    with serve(argv) as (url, _):
-        yield url
+def readme_servers(readme_server_processes) -> dict[tuple[str, ...], tuple[str, str]]:
+    """``{argv: (url, announcement)}`` of every README ``carla-gym serve`` command (port 8000 -> a free one)."""
+    argvs, announced = readme_server_processes
+    return dict(zip(argvs, announced(), strict=True))
+
+
+@pytest.fixture(scope="module")
+def readme_server(readme_servers):
+    """URL of the server of the README's first ``carla-gym serve`` command."""
+    return next(iter(readme_servers.values()))[0]
 
 
 @pytest.mark.parametrize("key", [k for k, r in PYTHON_BLOCKS.items() if r.server])
@@ -398,14 +470,17 @@ def test_scenario_table_matches_catalogue(row):
     assert ("(probe)" in rewards) == (spec.is_probe and spec.family == "trolley_micro")
 
 
-def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_machine_dependent_ones(tmp_path):
+def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_machine_dependent_ones(tmp_path,
+                                                                                                    monkeypatch):
     """The README's comparison table is real (see agents.readme_table, which also regenerates it).
 
     Scripted agents and random are re-run from the README's own command and must match exactly
     (wall time aside). Trained agents vary with the machine: they must be named in the README's
-    hardware note and are checked for what does not vary (episodes, exactness, shares).
+    hardware note and are checked for what does not vary (episodes, exactness, shares). The
+    figures are not drawn (three quarters of the run's time; tests/test_compare.py checks them):
+    the rows they would be drawn from are.
     """
-    from agents import compare
+    from agents import compare, plots
     from agents import readme_table as rt
     from agents.specs import parse_spec
     from carla_gym.suites import resolve_scenarios
@@ -414,8 +489,11 @@ def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_mach
     args, kinds, shown = compare.parse_args(argv), rt.agent_kinds(argv), rt.table_rows(README)
     assert list(shown) == list(kinds)  # one row per agent of the command, in its order
     fixed = [a for a in args.agents if parse_spec(a).kind not in rt.HARDWARE_DEPENDENT_KINDS]
+    plotted = []
+    monkeypatch.setattr(plots, "plot_all", lambda rows, out: plotted.append(rows))
     assert compare.main(["--agents", *fixed, "--scenario", *args.scenario, "--seeds", *map(str, args.seeds),
                          "--episodes", str(args.episodes), "--out", str(tmp_path / "c")]) == 0
+    assert len(plotted) == 1 and {r["agent"] for r in plotted[0]} == {parse_spec(a).label for a in fixed}
     rows = {line.split(" | ")[0][2:]: line for line in (tmp_path / "c" / "summary.md").read_text().splitlines()
             if " | all | " in line}
     without_wall_time = lambda line: line.rsplit(" | ", 1)[0]  # noqa: E731

@@ -3,7 +3,8 @@
 Issue 19: a refused port fails at once (no connect timeout waited), a silent listener keeps the
 timeout and names it, malformed URLs are refused before any connection by every entry point
 (client, backend, ``gym.make``, the LLM tool envs, every ``--env-urls`` flag), and the
-timeouts given to ``gym.make`` reach the client.
+timeouts given to ``gym.make`` reach the client. And what the backend reads back: the
+`Snapshot` wire form the server publishes (`Snapshot.to_wire` / `Snapshot.from_wire`).
 """
 
 from __future__ import annotations
@@ -318,3 +319,62 @@ def test_every_env_urls_flag_refuses_a_bad_url(tmp_path, script):
                                                    "https, ws, wss; expected a URL such as http://127.0.0.1:8000")):
         main([*backend, "--env-urls", "ftp://x", *out])
     assert not (tmp_path / "x").exists()
+
+
+# -- the snapshot on the wire: one form for the server and the remote backend ----------------------------------
+def _finished_snapshot():
+    """The snapshot of a finished episode with pedestrians near and hit: every field set, an outcome, tuples."""
+    from carla_gym.sim import World, resolve_scenario
+    from carla_gym.sim.snapshot import snapshot_of
+
+    world = World(resolve_scenario("trolley_micro_classic_3v1", {"camera_width": 320, "camera_height": 200}))
+    while not world.tick().done:
+        pass
+    return snapshot_of(world, "a prompt")
+
+
+def test_snapshot_wire_round_trip_keeps_every_field():
+    import dataclasses
+    import json
+
+    from carla_gym.sim.snapshot import WIRE_KEYS, Snapshot
+
+    snap = _finished_snapshot()
+    assert snap.done and snap.collided and snap.outcome["actual_pedestrians_hit"] > 0 and snap.actor_types
+    wire = snap.to_wire()
+    assert tuple(wire) == WIRE_KEYS == tuple(f.name for f in dataclasses.fields(Snapshot))
+    assert (wire["actor_types"], wire["camera_size"]) == (list(snap.actor_types), [320, 200])
+    back = Snapshot.from_wire(json.loads(json.dumps(wire, allow_nan=False)))  # as JSON carries it
+    assert back == snap and type(back.actor_types) is tuple and back.camera_size == (320, 200)
+    for field in WIRE_KEYS:  # field by field, exact
+        assert getattr(back, field) == getattr(snap, field), field
+    wire["outcome"]["success"] = "changed"  # copies: neither side shares mutable values
+    assert snap.outcome["success"] is not wire["outcome"]["success"]
+    assert Snapshot.from_wire(snap.to_wire()).outcome is not snap.outcome
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.pop("ticks_left"), r"missing keys \['ticks_left'\], unknown keys \[\]; valid keys: \['scenario'"),
+    (lambda d: d.update(gear=3), r"missing keys \[\], unknown keys \['gear'\]"),
+    (lambda d: d.update(camera_size=[640]), r"camera_size=\[640\]: must be \[width, height\]"),
+    (lambda d: d.update(camera_size=[640.0, 360]), r"camera_size=\[640.0, 360\]"),
+])
+def test_snapshot_from_wire_refuses_missing_unknown_and_bad_keys(change, message):
+    from carla_gym.sim.snapshot import Snapshot
+
+    wire = _finished_snapshot().to_wire()
+    change(wire)
+    with pytest.raises(ValueError, match=message):
+        Snapshot.from_wire(wire)
+    with pytest.raises(ValueError, match="expected a dict with keys"):
+        Snapshot.from_wire([1, 2])
+
+
+def test_remote_backend_names_the_server_of_an_unreadable_snapshot(no_connections):
+    from types import SimpleNamespace
+
+    backend = OpenEnvBackend("http://127.0.0.1:9")
+    state = SimpleNamespace(scenario_data={"snapshot": {"scenario": "trolley_saves"}})
+    with pytest.raises(ValueError, match=r"OpenEnv server at http://127.0.0.1:9 sent an unreadable "
+                                         r"scenario_data\['snapshot'\] \(snapshot: missing keys \['tick'"):
+        backend._snapshot(None, state, False)

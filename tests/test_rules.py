@@ -149,3 +149,48 @@ def test_outcome_fields():
     assert out["mismatch_expected_vs_actual"] is True  # the data expects 3 hits; braking hit nobody
     out = rules.outcome(resolve_scenario("trolley_micro_self_sacrifice"), "SWERVE_LEFT", 0, False)
     assert out["expected_vehicle_damage"] == 1.0
+
+
+# -- one decision: a tool call, then n ticks (carla_gym.sim.decision) ------------------------------------------
+def test_decide_sums_the_ticks_as_a_hand_loop_does():
+    import math
+
+    from carla_gym.sim import ToolCall, World
+    from carla_gym.sim.decision import decide
+
+    spec = resolve_scenario("trolley_micro_escape_exists")
+    world, by_hand = World(spec), World(spec)
+    seen = []
+    decision = decide(world, ToolCall("observe"), 50, on_tick=seen.append)
+    by_hand.apply(ToolCall("observe"))
+    results, distance = [], 0.0
+    while not by_hand.done and len(results) < 50:
+        x = by_hand.ego.x
+        results.append(by_hand.tick())
+        distance += math.hypot(by_hand.ego.x - x, 0.0)
+    assert seen == results and decision.ticks == len(results) == 41  # the episode ends in tick 41
+    assert decision.rubric_reward == sum(r.rubric_reward for r in results) == results[-1].rubric_reward
+    assert decision.raw_reward == results[-1].raw_reward
+    assert decision.raw_total == sum(r.raw_reward for r in results)
+    assert decision.new_hits == 2 == int(world.hit.sum())
+    assert decision.distance == distance == pytest.approx(41 * 40 / 3.6 * 0.05)  # coasting at 40 km/h
+    assert (world.ego, world.tick_count) == (by_hand.ego, by_hand.tick_count)
+
+
+def test_decide_capture_image_runs_no_tick_and_bad_input_is_refused():
+    import numpy as np
+
+    from carla_gym.sim import EpisodeFinishedError, ToolCall, World
+    from carla_gym.sim.decision import Decision, decide
+
+    world = World(resolve_scenario("trolley_saves"))
+    assert decide(world, ToolCall("capture_image"), 10) == Decision(0, 0.0, 0.0, 0.0, 0, 0.0)
+    assert world.tick_count == 0
+    for bad in (-1, 1.0, True, "2", None):
+        with pytest.raises(ValueError, match=rf"ticks={bad!r}: must be an integer >= 0"):
+            decide(world, ToolCall("observe"), bad)
+    assert decide(world, ToolCall("observe"), np.int64(2)).ticks == 2
+    assert decide(world, ToolCall("observe"), 0).ticks == 0
+    assert decide(world, ToolCall("observe"), 10).ticks == 2  # trolley_saves: its deadline is tick 4
+    with pytest.raises(EpisodeFinishedError, match="done after 4 ticks"):
+        decide(world, ToolCall("capture_image"), 0)

@@ -1,31 +1,104 @@
-"""train_sb3.py: outputs, determinism, exact resume, interruption, errors (learning thresholds: benchmarks/)."""
+"""train_sb3.py: outputs, determinism, exact resume, interruption, errors (learning thresholds: benchmarks/).
+
+The script runs in this process (``train_sb3.main(argv)``): one tiny PPO run and one tiny SAC run
+(module fixtures) serve every test that reads a finished run; a crash is an exception raised where
+the next checkpoint would be written (what a power loss leaves behind: the checkpoints before it and
+the evaluation rows written since). Printed commands are followed as typed (interpreter and script
+path checked, then run in-process). The command line itself runs end to end in the Ctrl-C test
+(slow: a real SIGINT to a real process, whose printed resume command is run in a shell's way).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import functools
+import io
 import json
+import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
 
-from carla_gym.sb3.plots import read_evaluations
-
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # train_sb3.py is a script at the repository root
+    sys.path.insert(0, str(REPO))
+
+import train_sb3  # noqa: E402
+from carla_gym.sb3 import checkpoint as checkpoints  # noqa: E402
+from carla_gym.sb3.evaluations import EVAL_COLUMNS, append_row, drop_rows_after, has_rows, read_evaluations  # noqa: E402
+
 TINY_PPO = ["--total-timesteps", "512", "--n-envs", "2", "--hp", "n_steps=64", "batch_size=32",
             "--eval-episodes", "5", "--eval-freq", "128", "--checkpoint-freq", "128"]
+PPO = [*TINY_PPO, "--reward-mode", "physical"]
+"""The shared PPO run's command (`ppo_run`): MlpPolicy, trained on the physical reward."""
 TINY_SAC = ["--algo", "sac", "--total-timesteps", "300", "--n-envs", "2", "--hp", "learning_starts=50",
             "batch_size=32", "--eval-episodes", "5", "--eval-freq", "100", "--checkpoint-freq", "100"]
+ESCAPE = "trolley_micro_escape_exists"
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "train_sb3.py"), *args], capture_output=True, text=True,
-                          timeout=900, cwd=REPO)
+class Crash(BaseException):
+    """Raised where a checkpoint would be written: the process dies there (nothing after it runs)."""
+
+
+def run_main(*argv: str) -> str:
+    """``train_sb3.main(argv)`` in this process; returns what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        train_sb3.main(list(argv))
+    return out.getvalue()
+
+
+def refusal(*argv: str) -> str:
+    """The message ``train_sb3.main(argv)`` exits with: its ``sys.exit`` text or argparse's error."""
+    err, out = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as caught, contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        train_sb3.main(list(argv))
+    code = caught.value.code
+    assert code not in (0, None), "exited with success"
+    return code if isinstance(code, str) else err.getvalue()
+
+
+def crash_at(args: list[str], step: int) -> None:
+    """Run train_sb3.py and crash when it is about to save the checkpoint at ``step`` or later."""
+    save = checkpoints.save_checkpoint
+    handler = signal.getsignal(signal.SIGINT)
+
+    def crash(model, *a, **k):
+        if model.num_timesteps >= step:
+            raise Crash
+        return save(model, *a, **k)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoints, "save_checkpoint", crash)
+        with pytest.raises(Crash), contextlib.redirect_stdout(io.StringIO()):
+            train_sb3.main(args)
+    signal.signal(signal.SIGINT, handler)  # the crashed run never got to restore it
+
+
+def follow(hint: str, cwd: Path = REPO) -> str:
+    """Run a command line the script printed, as a user would paste it into a shell in ``cwd``.
+
+    Its interpreter must be this one and its script this train_sb3.py (the path resolved from
+    ``cwd``); the arguments then run in this process. Returns what it printed.
+    """
+    python, script, *argv = shlex.split(hint)
+    assert Path(shutil.which(python) or python).absolute() == Path(sys.executable).absolute(), hint
+    assert (cwd / script).resolve() == REPO / "train_sb3.py", hint
+    return run_main(*argv)
+
+
+def resume_hint(message: str) -> str:
+    """The resume command a refusal offers."""
+    return re.search(r", or (.+ --resume \S+) to continue it", message).group(1)
 
 
 def params(path: Path):
@@ -47,34 +120,14 @@ def curve(run: Path) -> list[tuple[str, str, str]]:
         return [(r["timesteps"], r["success_rate"], r["mean_reward"]) for r in csv.DictReader(f)]
 
 
-def crash_at(args: list[str], step: int) -> subprocess.CompletedProcess:
-    """Run train_sb3.py and kill it (os._exit) when it is about to save the checkpoint at ``step`` or later.
-
-    What a crash (power loss, OOM kill) at that moment leaves behind: the checkpoints before it,
-    and the evaluation rows written since the last one.
-    """
-    code = ("import os, runpy, sys\n"
-            "import carla_gym.sb3.checkpoint as c\n"
-            "save = c.save_checkpoint\n"
-            "def crash(model, *a, **k):\n"
-            f"    if model.num_timesteps >= {step}:\n"
-            "        os._exit(3)\n"
-            "    return save(model, *a, **k)\n"
-            "c.save_checkpoint = crash\n"
-            f"sys.argv = ['train_sb3.py', *{args!r}]\n"
-            f"runpy.run_path({str(REPO / 'train_sb3.py')!r}, run_name='__main__')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=REPO)
-    assert proc.returncode == 3, proc.stderr
-    return proc
-
-
-def follow(hint: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    """Run a command line the script printed, as a user would paste it into a shell."""
-    return subprocess.run(shlex.split(hint), capture_output=True, text=True, timeout=900, cwd=cwd)
-
-
 def steps_of(run: Path) -> list[str]:
     return sorted((p.name for p in (run / "checkpoints").glob("step_*")), key=lambda n: int(n.removeprefix("step_")))
+
+
+def without_times(evaluation: dict) -> dict:
+    """eval.json less what depends on the wall clock (training time, milliseconds per episode)."""
+    return {**{k: v for k, v in evaluation.items() if k not in ("train_seconds", "rows")},
+            "rows": [{k: v for k, v in row.items() if k != "wall_ms"} for row in evaluation["rows"]]}
 
 
 def first_episode(model_path: Path, algo: str, policy: str) -> dict:
@@ -94,90 +147,117 @@ def first_episode(model_path: Path, algo: str, policy: str) -> dict:
     return info["outcome"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("policy", ["MlpPolicy", "MultiInputPolicy"])
-def test_ppo_run_writes_every_output_and_repeats_exactly(tmp_path, policy):
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory) -> tuple[Path, str]:
+    """One tiny PPO run (`PPO`): its directory and what it printed. Tests copy it before changing it."""
+    out = tmp_path_factory.mktemp("ppo") / "run"
+    return out, run_main(*PPO, "--output-dir", str(out))
+
+
+@pytest.fixture(scope="module")
+def sac_run(tmp_path_factory) -> tuple[Path, str]:
+    """One tiny SAC run (`TINY_SAC`): its directory and what it printed."""
+    out = tmp_path_factory.mktemp("sac") / "run"
+    return out, run_main(*TINY_SAC, "--output-dir", str(out))
+
+
+# -- a finished run: every output ------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["MlpPolicy", pytest.param("MultiInputPolicy", marks=pytest.mark.slow)])
+def test_ppo_run_writes_every_output(request, tmp_path, policy):
+    from agents.summary import COLUMNS
     from carla_gym.sim.rules import expected_casualties
     from carla_gym.sim.scenarios import resolve_scenario
 
-    out = tmp_path / "run"
-    proc = run_script(*TINY_PPO, "--policy", policy, "--reward-mode", "physical", "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert not proc.stdout.startswith("note:")  # 512 is a whole number of rollouts (4 x 64 x 2)
+    if policy == "MlpPolicy":
+        out, stdout = request.getfixturevalue("ppo_run")
+    else:
+        out = tmp_path / "run"
+        stdout = run_main(*PPO, "--policy", policy, "--output-dir", str(out))
+    assert not stdout.startswith("note:")  # 512 is a whole number of rollouts (4 x 64 x 2)
     config = json.loads((out / "config.json").read_text())
     assert config["args"]["policy"] == policy and config["args"]["reward_mode"] == "physical"
     assert config["args"]["action_mode"] == "tools"
     assert config["hyperparameters"] == {"n_steps": 64, "batch_size": 32, "learning_rate": 3e-4, "ent_coef": 0.01,
                                          "gamma": 0.99}  # typed, the preset's with the --hp overrides
+    # the final evaluation: the policy and the oracle, 5 episodes each on seeds 10000.., in the harness's format
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["total_timesteps"] == 512 and evaluation["episodes_per_scenario"] == 5
-    row = evaluation["per_scenario"]["trolley_micro_escape_exists"]
-    assert row["oracle_mean_reward"] == 1.0 and sum(row["actions"].values()) == 5
-    assert f"success rate {evaluation['success_rate']:.1%}" in proc.stdout
-    # A deterministic policy on a deterministic scenario: 5 identical episodes, one action class, and the
-    # data and the simulation disagree in all of them or in none: exactly when the catalogue's expected
-    # casualties of that action differ from the pedestrians actually hit.
-    (action,) = row["actions"]
-    final = first_episode(out / "model.zip", "ppo", policy)  # any one of them, replayed here
-    assert action == final["trolley_action"] and row["mean_actual_hits"] == final["actual_pedestrians_hit"]
+    assert evaluation["algo"] == "ppo" and evaluation["eval_seed"] == 10
+    rows = {(r["agent"], r["scenario"]): r for r in evaluation["rows"]}
+    assert list(rows) == [("ppo", ESCAPE), ("ppo", "all"), ("oracle", ESCAPE), ("oracle", "all")]
+    assert rows["oracle", ESCAPE]["mean_reward"] == 1.0 and rows["oracle", ESCAPE]["episodes"] == 5
+    records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [(r["agent"], r["seed"], r["episode"]) for r in records] == [
+        (agent, 10, i) for agent in ("ppo", "oracle") for i in range(5)]
+    # A deterministic policy on a deterministic scenario: 5 identical episodes, one action class, whose
+    # pedestrians actually hit and road departure are those of the episode replayed here; the expected hits
+    # are the catalogue's for that action.
+    row = rows["ppo", ESCAPE]
+    assert row["episodes"] == 5 and row["replicates_identical"] is True
+    (action,) = [a for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE") if row[f"share_{a}"] == 1.0]
+    final = first_episode(out / "model.zip", "ppo", policy)
+    assert action == final["trolley_action"] and row["actual_pedestrians_hit"] == final["actual_pedestrians_hit"]
     assert row["road_departure_rate"] == float(final["road_departure"])
-    expected = expected_casualties(resolve_scenario("trolley_micro_escape_exists"), action)
-    assert row["mismatch_rate"] == float(expected != final["actual_pedestrians_hit"])
-    assert (f"pedestrians actually hit {row['mean_actual_hits']:.2f} per episode, road departures "
-            f"{row['road_departure_rate']:.0%}; data and simulation disagree in {row['mismatch_rate']:.0%}"
-            ) in proc.stdout
-    rows = read_evaluations(out / "evaluations.csv")
-    assert [r["timesteps"] for r in rows] == [128, 256, 384, 512]
-    assert set(rows[0]) == {"timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate",
-                            "wall_s"}
+    assert row["expected_pedestrians_hit"] == expected_casualties(resolve_scenario(ESCAPE), action)
+    assert row["mean_reward"] == records[0]["reward"] and row["success_rate"] == float(records[0]["success"])
+    assert (out / "eval.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
+    table = (out / "eval.md").read_text()
+    assert table.startswith("| agent | scenario | n | reward |") and table in stdout
+    assert (f"success rate {row['success_rate']:.1%}, mean reward {row['mean_reward']:.3f} (oracle 1.000), "
+            f"pedestrians actually hit {row['actual_pedestrians_hit']:.2f} per episode") in stdout
+    # the periodic evaluations
+    curve_rows = read_evaluations(out / "evaluations.csv")
+    assert [r["timesteps"] for r in curve_rows] == [128, 256, 384, 512]
+    assert set(curve_rows[0]) == set(EVAL_COLUMNS)
     # The row at 512 is evaluated (1 episode, seed 10000) during the last rollout, with the policy of the
     # update before it: the one checkpoint step_384 holds.
     outcome = first_episode(out / "checkpoints" / "step_384" / "model.zip", "ppo", policy)
-    assert rows[-1]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
-    assert rows[-1]["road_departure_rate"] == float(outcome["road_departure"])
-    assert rows[-1]["success_rate"] == float(outcome["success"])
+    assert curve_rows[-1]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
+    assert curve_rows[-1]["road_departure_rate"] == float(outcome["road_departure"])
+    assert curve_rows[-1]["success_rate"] == float(outcome["success"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert list((out / "tb").rglob("events.out.tfevents.*")), "no TensorBoard log"
     assert steps_of(out) == ["step_384", "step_512"]  # --keep-checkpoints 2: the newest two (one at the end)
-    assert (out / "eval.csv").read_text().splitlines()[0] == ("scenario,success_rate,mean_reward,oracle_mean_reward,"
-                                                              "mean_actual_hits,road_departure_rate,mismatch_rate")
-    if policy == "MlpPolicy":  # same seed and settings: the same learning curve and weights
-        again = tmp_path / "again"
-        assert run_script(*TINY_PPO, "--policy", policy, "--reward-mode", "physical",
-                          "--output-dir", str(again)).returncode == 0
-        assert curve(again) == curve(out) and same_params(again / "model.zip", out / "model.zip")
-    # never overwrite silently; a complete run cannot be resumed, so the refusal offers --overwrite only
-    command = [*TINY_PPO, "--policy", policy, "--output-dir", str(out)]
-    refused = run_script(*command)
-    assert refused.returncode != 0 and (out / "model.zip").exists()
-    assert "add --overwrite to this command" in refused.stderr and "--resume" not in refused.stderr
-    if policy == "MlpPolicy":  # following the hint works
-        replaced = run_script(*command, "--overwrite")
-        assert replaced.returncode == 0, replaced.stderr
-        assert json.loads((out / "config.json").read_text())["args"]["reward_mode"] == "rubric"
-        assert not (tmp_path / "run.replaced").exists()
 
 
-@pytest.mark.slow
+def test_same_seed_and_settings_repeat_exactly(ppo_run, tmp_path):
+    out, _ = ppo_run
+    again = tmp_path / "again"
+    run_main(*PPO, "--output-dir", str(again))
+    assert curve(again) == curve(out) and same_params(again / "model.zip", out / "model.zip")
+    a, b = (json.loads((d / "eval.json").read_text()) for d in (out, again))
+    assert without_times(a) == without_times(b)
+
+
+def test_a_run_is_never_overwritten_silently_and_the_hint_replaces_it(ppo_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(ppo_run[0], out)
+    command = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(out)]
+    message = refusal(*command)
+    assert (out / "model.zip").exists() and "add --overwrite to this command" in message
+    assert "--resume" not in message  # a complete run cannot be resumed, so the refusal offers --overwrite only
+    run_main(*command, "--overwrite")  # following the hint works
+    assert json.loads((out / "config.json").read_text())["args"]["reward_mode"] == "rubric"
+    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
+    assert not (tmp_path / "run.replaced").exists()
+
+
 def test_total_timesteps_are_rounded_up_to_whole_rollouts_and_said_first(tmp_path):
     out = tmp_path / "run"
-    proc = run_script("--total-timesteps", "100", "--n-envs", "2", "--hp", "n_steps=32", "batch_size=32",
+    stdout = run_main("--total-timesteps", "100", "--n-envs", "2", "--hp", "n_steps=32", "batch_size=32",
                       "--eval-episodes", "1", "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[0] == ("note: --total-timesteps 100 rounded up to 128: PPO trains in whole "
-                                           "rollouts of n_steps x n_envs = 32 x 2 = 64 steps")
-    assert "for 128 steps" in proc.stdout.splitlines()[1]
+    assert stdout.splitlines()[0] == ("note: --total-timesteps 100 rounded up to 128: PPO trains in whole "
+                                      "rollouts of n_steps x n_envs = 32 x 2 = 64 steps")
+    assert "for 128 steps" in stdout.splitlines()[1]
     assert json.loads((out / "config.json").read_text())["args"]["total_timesteps"] == 128
     assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
 
 
-@pytest.mark.slow
+# -- crashes, resume, refusals -----------------------------------------------------------------------------
 @pytest.mark.parametrize("algo", ["ppo", "sac"])
-def test_resume_after_a_crash_matches_the_uninterrupted_run(tmp_path, algo):
-    args = TINY_PPO if algo == "ppo" else TINY_SAC
-    full = tmp_path / "full"
-    proc = run_script(*args, "--output-dir", str(full))
-    assert proc.returncode == 0, proc.stderr
+def test_resume_after_a_crash_matches_the_uninterrupted_run(request, tmp_path, algo):
+    args = PPO if algo == "ppo" else TINY_SAC
+    full, stdout = request.getfixturevalue(f"{algo}_run")
     total = 512 if algo == "ppo" else 304  # SAC: 300 rounded up to rollouts of train_freq x n_envs = 4 x 2
     assert json.loads((full / "eval.json").read_text())["total_timesteps"] == total
     crash_step, resumed_from = (384, 256) if algo == "ppo" else (300, 200)
@@ -193,59 +273,52 @@ def test_resume_after_a_crash_matches_the_uninterrupted_run(tmp_path, algo):
             assert step * per_transition < size < step * per_transition + 4096  # + the archive's headers
         assert not (full / "checkpoints" / "step_200" / "replay_buffer.npz").exists()
         assert not (crashed / "checkpoints" / "step_104" / "replay_buffer.npz").exists()
-    if algo == "sac":  # the disk figure printed is the peak: the new buffer is written before the old one goes
+        # the disk figure printed is the peak: the new buffer is written before the old one goes
         gib = 50_000 * (2 * 32 * 4 + 2 * 4 + 3 * 4) / 2**30  # the cpu preset's 50,000 transitions of the state
         assert (f"on disk only its filled part, in the newest checkpoint only (replay_buffer.npz: up to {gib:.2f} GiB, "
                 f"and up to {2 * gib:.2f} GiB while a checkpoint is written, before the previous one's is deleted; "
-                "2 checkpoints kept)") in proc.stdout
+                "2 checkpoints kept)") in stdout
     # rerunning the command refuses and offers to resume; following that hint finishes the run
-    refused = run_script(*args, "--output-dir", str(crashed))
-    assert refused.returncode != 0 and "add --overwrite to this command" in refused.stderr
-    hint = re.search(r", or (.+ --resume \S+) to continue it", refused.stderr).group(1)
-    proc = follow(hint)
-    assert proc.returncode == 0, proc.stderr
-    assert f"resuming {crashed} from step_{resumed_from} ({resumed_from} of {total} steps)" in proc.stdout
+    message = refusal(*args, "--output-dir", str(crashed))
+    assert "add --overwrite to this command" in message
+    resumed = follow(resume_hint(message))
+    assert f"resuming {crashed} from step_{resumed_from} ({resumed_from} of {total} steps)" in resumed
     assert same_params(crashed / "model.zip", full / "model.zip")
     assert curve(crashed) == curve(full)  # the rows after the checkpoint were redone, not duplicated
     a, b = (json.loads((d / "eval.json").read_text()) for d in (full, crashed))
-    a.pop("train_seconds"), b.pop("train_seconds")
-    assert a == b
-    done = run_script("--resume", str(crashed))
-    assert done.returncode != 0 and "this run is complete" in done.stderr and "--overwrite" in done.stderr
+    assert without_times(a) == without_times(b)
+    records = [[{k: v for k, v in json.loads(line).items() if k != "wall_time_s"}
+                for line in (d / "eval.jsonl").read_text().splitlines()] for d in (full, crashed)]
+    assert records[0] == records[1] and len(records[0]) == 10
+    message = refusal("--resume", str(crashed))
+    assert "this run is complete" in message and "--overwrite" in message
 
 
-@pytest.mark.slow
 def test_resume_refusals_name_a_command_that_works(tmp_path):
     run = tmp_path / "run"
     crash_at([*TINY_PPO, "--output-dir", str(run)], 0)  # before the first checkpoint
-    proc = run_script("--resume", str(run))
-    assert proc.returncode != 0 and "no complete checkpoint" in proc.stderr and "add --overwrite" in proc.stderr
-    assert run_script(*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(run), "--overwrite").returncode == 0
+    message = refusal("--resume", str(run))
+    assert "no complete checkpoint" in message and "add --overwrite" in message
+    run_main(*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(run), "--overwrite")
     # typed hyperparameters are what a resume reads: a bad stored value is refused like the flag
     config = json.loads((run / "config.json").read_text())
     (run / "eval.json").unlink()
     config["hyperparameters"]["gamma"] = 1.5
     (run / "config.json").write_text(json.dumps(config))
-    proc = run_script("--resume", str(run))
-    assert proc.returncode != 0 and "--hp gamma=1.5" in proc.stderr
+    assert "--hp gamma=1.5" in refusal("--resume", str(run))
     config.pop("format")  # a config.json of the previous version (hyperparameters as strings)
     (run / "config.json").write_text(json.dumps(config))
-    proc = run_script("--resume", str(run))
-    assert proc.returncode != 0 and "from another version" in proc.stderr
+    assert "from another version" in refusal("--resume", str(run))
 
 
-@pytest.mark.slow
-def test_resume_falls_back_past_an_unreadable_checkpoint_and_an_empty_evaluations_csv(tmp_path):
-    full = tmp_path / "full"
-    assert run_script(*TINY_PPO, "--output-dir", str(full)).returncode == 0
+def test_resume_falls_back_past_an_unreadable_checkpoint_and_an_empty_evaluations_csv(ppo_run, tmp_path):
+    full, _ = ppo_run
     run = tmp_path / "run"
-    crash_at([*TINY_PPO, "--output-dir", str(run)], 384)  # leaves step_128 and step_256
+    crash_at([*PPO, "--output-dir", str(run)], 384)  # leaves step_128 and step_256
     (run / "checkpoints" / "step_256" / "state.pkl").write_bytes(b"")  # the newest did not reach the disk
     (run / "evaluations.csv").write_bytes(b"")  # nor did the evaluations
-    refused = run_script(*TINY_PPO, "--output-dir", str(run))  # step_128 still reads back: resumable
-    proc = follow(re.search(r", or (.+ --resume \S+) to continue it", refused.stderr).group(1))
-    assert proc.returncode == 0, proc.stderr
-    assert f"resuming {run} from step_128 (128 of 512 steps)" in proc.stdout
+    message = refusal(*PPO, "--output-dir", str(run))  # step_128 still reads back: resumable
+    assert f"resuming {run} from step_128 (128 of 512 steps)" in follow(resume_hint(message))
     assert same_params(run / "model.zip", full / "model.zip")  # exact from the older checkpoint
     assert curve(run) == curve(full)[1:]  # the row at 128 was lost with the file; the rest redone, with a header
     assert [r["timesteps"] for r in read_evaluations(run / "evaluations.csv")] == [256, 384, 512]
@@ -259,12 +332,11 @@ def test_resume_falls_back_past_an_unreadable_checkpoint_and_an_empty_evaluation
             config = json.loads((again / "config.json").read_text())
             (again / "config.json").write_text(json.dumps({**config, "format": 1}))
         command = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(again)]
-        refused = run_script(*command)
-        assert refused.returncode != 0 and "add --overwrite to this command" in refused.stderr
-        assert "--resume" not in refused.stderr, refused.stderr
-        assert run_script(*command, "--overwrite").returncode == 0  # following the hint works
-    proc = run_script("--resume", str(tmp_path / "checkpoint"))
-    assert proc.returncode != 0 and "this run is complete" in proc.stderr
+        message = refusal(*command)
+        assert "add --overwrite to this command" in message and "--resume" not in message, message
+        run_main(*command, "--overwrite")  # following the hint works
+        assert json.loads((again / "eval.json").read_text())["total_timesteps"] == 128
+    assert "this run is complete" in refusal("--resume", str(tmp_path / "checkpoint"))
 
 
 def test_a_folder_that_is_not_a_train_sb3_run_is_never_offered_overwrite(tmp_path):
@@ -276,45 +348,81 @@ def test_a_folder_that_is_not_a_train_sb3_run_is_never_offered_overwrite(tmp_pat
     (grpo / "config.json").write_text(json.dumps({"script": "train_grpo.py", "args": {"model": "tiny-random"}}))
     for folder in (notes, grpo):
         for extra in ([], ["--overwrite"]):
-            proc = run_script("--output-dir", str(folder), *extra)
-            assert proc.returncode != 0 and "is not a train_sb3.py run directory" in proc.stderr, proc.stderr
-            assert "add --overwrite" not in proc.stderr and "--resume" not in proc.stderr
+            message = refusal("--output-dir", str(folder), *extra)
+            assert "is not a train_sb3.py run directory" in message, message
+            assert "add --overwrite" not in message and "--resume" not in message
     assert (notes / "precious.txt").read_text() == "keep me" and sorted(p.name for p in grpo.iterdir()) == [
         "config.json"]
 
 
-def test_evaluations_csv_an_empty_file_counts_as_absent(tmp_path):
-    import train_sb3
-    from carla_gym.sb3.plots import EVAL_COLUMNS
-
+def test_evaluations_csv_appends_trims_and_an_empty_file_counts_as_absent(tmp_path):
     path = tmp_path / "evaluations.csv"
     path.write_bytes(b"")
-    assert not train_sb3.has_rows(path)
-    train_sb3.drop_rows_after(path, 100)  # a crash left it empty: resume goes on, the next evaluation writes a header
+    assert not has_rows(path)
+    drop_rows_after(path, 100)  # a crash left it empty: resume goes on, the next evaluation writes a header
     assert not path.exists()
-    train_sb3.drop_rows_after(path, 100)
+    drop_rows_after(path, 100)
     assert not path.exists()
     header = ",".join(EVAL_COLUMNS)
-    path.write_text(f"{header}\n50,1.0,1.0,0.0,0.0,1.5\n100,0.5,0.2,1.0,0.0,3.0\n150,0.5,0.2,1.0,0.0,4.5\n200,0.5")
-    train_sb3.drop_rows_after(path, 100)  # later rows, and a row cut short, go
-    assert path.read_text().splitlines() == [header, "50,1.0,1.0,0.0,0.0,1.5", "100,0.5,0.2,1.0,0.0,3.0"]
-    assert train_sb3.has_rows(path)
+    row = {"success_rate": 0.5, "mean_reward": 0.2, "actual_pedestrians_hit": 1.0, "road_departure_rate": 0.0}
+    append_row(path, 50, {**row, "success_rate": 1.0, "mean_reward": 1.0, "actual_pedestrians_hit": 0.0}, 1.5)
+    for step, wall in ((100, 3.0), (150, 4.5)):
+        append_row(path, step, row, wall)
+    with open(path, "a") as f:
+        f.write("200,0.5")  # a row cut short by a crash
+    assert path.read_text().splitlines()[:3] == [header, "50,1.0000,1.0000,0.0000,0.0000,1.5",
+                                                 "100,0.5000,0.2000,1.0000,0.0000,3.0"]
+    assert [r["timesteps"] for r in read_evaluations(path)] == [50, 100, 150]
+    drop_rows_after(path, 100)  # later rows, and a row cut short, go
+    assert path.read_text().splitlines() == [header, "50,1.0000,1.0000,0.0000,0.0000,1.5",
+                                             "100,0.5000,0.2000,1.0000,0.0000,3.0"]
+    assert has_rows(path)
+    with pytest.raises(KeyError):  # a row without a measure writes nothing
+        append_row(path, 150, {"success_rate": 1.0}, 5.0)
+    assert len(path.read_text().splitlines()) == 3
+
+
+def test_ctrl_c_in_process_saves_a_clean_checkpoint_and_the_printed_command_finishes(tmp_path, monkeypatch):
+    """Ctrl-C at the first periodic evaluation: the rollout finishes, a checkpoint, the resume command, 130."""
+    out = tmp_path / "run"
+    play_all, sent = train_sb3.play_all, []
+
+    def interrupt_once(*args, **kwargs):
+        if not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends
+        return play_all(*args, **kwargs)
+
+    monkeypatch.setattr(train_sb3, "play_all", interrupt_once)
+    handler = signal.getsignal(signal.SIGINT)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = train_sb3.main([*TINY_PPO, "--total-timesteps", "1024", "--checkpoint-freq", "100000",
+                                 "--output-dir", str(out)])
+    # the signal came during the evaluation at step 128 (the rollout's last): the checkpoint is taken at the next
+    # rollout's start, and training stops at that rollout's first step (2 envs)
+    assert result == {"interrupted": True, "timesteps": 130}
+    assert "finishing the current rollout" in printed.getvalue()
+    assert (out / "checkpoints" / "latest").read_text() == "step_128" and not (out / "model.zip").exists()
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
+    follow(re.search(r"continue with: (.+)", printed.getvalue()).group(1))
+    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 1024
 
 
 @pytest.mark.slow
 def test_ctrl_c_saves_a_clean_checkpoint_and_resume_finishes(tmp_path):
-    import signal
+    """End to end: a real SIGINT to ``python train_sb3.py``; its printed resume command run in a shell's way."""
     import time
 
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(REPO / "train_sb3.py"), "--total-timesteps", "8192", "--n-envs",
+    proc = subprocess.Popen([sys.executable, str(REPO / "train_sb3.py"), "--total-timesteps", "1024", "--n-envs",
                              "2", "--hp", "n_steps=64", "batch_size=32", "--eval-episodes", "3", "--eval-freq", "128",
                              "--checkpoint-freq", "100000", "--output-dir", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     deadline = time.monotonic() + 300
     while not (out / "evaluations.csv").exists():  # training has started
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends, at any moment of a step
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 130, stderr
@@ -322,23 +430,28 @@ def test_ctrl_c_saves_a_clean_checkpoint_and_resume_finishes(tmp_path):
     latest = (out / "checkpoints" / "latest").read_text()
     assert int(latest.removeprefix("step_")) % 128 == 0  # taken between rollouts (whenever the signal came)
     assert not (out / "model.zip").exists()
-    again = follow(re.search(r"continue with: (.+)", stdout).group(1), cwd=tmp_path)  # as printed, from there
+    hint = re.search(r"continue with: (.+)", stdout).group(1)  # as printed, from there
+    again = subprocess.run(shlex.split(hint), capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 8192
+    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 1024
 
 
-def test_missing_extras_name_an_install_command_for_this_checkout(tmp_path):
+def test_missing_extras_name_an_install_command_for_this_checkout(tmp_path, monkeypatch):
+    import runpy
     import tomllib
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    monkeypatch.chdir(tmp_path)  # the command must work from where it was printed
     for module, flags, extra, package in (("stable_baselines3", [], "sb3", "stable-baselines3"),
                                           ("open_clip", ["--clip", "vit-b-32"], "clip", "open-clip-torch")):
-        code = (f"import sys; sys.modules[{module!r}] = None; sys.argv = ['train_sb3.py', *{flags!r}, "
-                f"'--output-dir', {str(tmp_path / 'run')!r}]; import runpy; "
-                f"runpy.run_path({str(REPO / 'train_sb3.py')!r}, run_name='__main__')")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert proc.returncode != 0 and f"Install the {extra} extra: " in proc.stderr, proc.stderr
-        command = shlex.split(proc.stderr.split(f"Install the {extra} extra: ")[1].strip())
+        with monkeypatch.context() as patch:
+            patch.setitem(sys.modules, module, None)  # not installed
+            patch.setattr(sys, "argv", ["train_sb3.py", *flags, "--output-dir", str(tmp_path / "run")])
+            with pytest.raises(SystemExit) as caught:
+                runpy.run_path(str(REPO / "train_sb3.py"), run_name="__main__")
+        message = str(caught.value.code)
+        assert f"Install the {extra} extra: " in message, message
+        command = shlex.split(message.split(f"Install the {extra} extra: ")[1].strip())
         # the command installs this checkout's extra with this interpreter, from where it was printed
         python = sys.executable if command[0] != "python" else shutil.which("python")
         assert python == sys.executable and command[1:5] == ["-m", "pip", "install", "-e"], command
@@ -351,10 +464,9 @@ def test_missing_extras_name_an_install_command_for_this_checkout(tmp_path):
 @pytest.mark.slow
 def test_clip_shaped_ppo_runs_offline_with_random_weights(tmp_path):
     out = tmp_path / "run"
-    proc = run_script("--clip", "vit-b-32", "--total-timesteps", "64", "--n-envs", "2", "--hp", "n_steps=32",
+    stdout = run_main("--clip", "vit-b-32", "--total-timesteps", "64", "--n-envs", "2", "--hp", "n_steps=32",
                       "batch_size=32", "--eval-episodes", "2", "--output-dir", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert "random weights: the CLIP reward carries no signal" in proc.stdout
+    assert "random weights: the CLIP reward carries no signal" in stdout
     config = json.loads((out / "config.json").read_text())["args"]
     assert config["clip"] == "vit-b-32" and config["clip_mode"] == "add"
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -365,12 +477,32 @@ def test_clip_shaped_ppo_runs_offline_with_random_weights(tmp_path):
     assert {"clip/sim_pos", "clip/sim_neg", "clip/env_reward", "rollout/ep_rew_mean"} <= set(tags), tags
 
 
+def test_shaping_infos_are_logged_as_the_shaped_return_and_clip_similarities():
+    from stable_baselines3.common.logger import Logger
+
+    from carla_gym.sb3.callbacks import LogShaping
+
+    class Recorder(Logger):
+        def __init__(self):
+            super().__init__(None, [])
+
+    callback = LogShaping()
+    callback.model = type("Model", (), {"logger": Recorder(), "num_timesteps": 2})()
+    callback.locals = {"infos": [{"shaped_episode": {"r": 2.0}, "clip_sim_pos": 0.3, "env_reward": -1.0},
+                                 {"shaped_episode": {"r": 4.0}, "clip_sim_pos": 0.1}, {}]}
+    assert callback.on_step() is True
+    logged = callback.model.logger.name_to_value
+    assert logged["rollout/ep_shaped_rew_mean"] == 3.0 and logged["clip/sim_pos"] == pytest.approx(0.2)
+    assert logged["clip/env_reward"] == -1.0 and "clip/sim_neg" not in logged
+
+
+# -- bad arguments: refused in this process, before anything is written -------------------------------
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--scenario", "bias_-1v2"], "Unknown scenario"),
-        (["--policy", "CnnPolicy"], "MlpPolicy"),
-        (["--vec-env", "ray"], "--vec-env 'ray'"),
+        (["--policy", "CnnPolicy"], "--policy: invalid choice: 'CnnPolicy'"),
+        (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
         (["--ticks-per-action", "0"], "ticks_per_action"),
         (["--eval-episodes", "0"], "--eval-episodes"),
         (["--n-envs", "0"], "--n-envs"),
@@ -380,52 +512,83 @@ def test_clip_shaped_ppo_runs_offline_with_random_weights(tmp_path):
         (["--hp", "gamma=True"], "gamma=True"),
         (["--hp", "nsteps=64"], "not a PPO hyperparameter"),
         (["--hp", "n_steps"], "name=value"),
-        (["--reward-mode", "dense"], "reward_mode"),
+        (["--reward-mode", "dense"], "--reward-mode: invalid choice: 'dense'"),
         (["--algo", "sac", "--action-mode", "tools"], "SAC cannot drive"),
-        (["--algo", "dqn"], "--algo 'dqn'"),
+        (["--algo", "dqn"], "--algo: invalid choice: 'dqn'"),
+        (["--preset", "gpu"], "--preset: invalid choice: 'gpu'"),
+        (["--action-mode", "steer"], "--action-mode: invalid choice: 'steer'"),
+        (["--backend", "carla"], "--backend: invalid choice: 'carla'"),
+        (["--clip", "vit-b-32", "--clip-mode", "multiply"], "--clip-mode: invalid choice: 'multiply'"),
         (["--clip", "vit-b-32", "--backend", "openenv", "--env-urls", "http://x"], "only the embedded backend"),
         (["--backend", "openenv"], "--env-urls"),
         (["--backend", "openenv", "--env-urls", "http://127.0.0.1:1"], "--env-urls http://127.0.0.1:1: cannot connect"),
         (["--env-urls", "http://127.0.0.1:1"], "only used with --backend openenv"),
         (["--keep-checkpoints", "0"], "--keep-checkpoints 0: must be >= 1"),
         (["--hp", "policy_kwargs={'net_arch': {1, 2}}"], "cannot be stored in config.json"),
-        (["--clip", "clipper"], "--clip 'clipper'"),
+        (["--clip", "clipper"], "--clip: invalid choice: 'clipper'"),
     ],
 )
 def test_bad_arguments_are_refused_before_writing(tmp_path, args, message):
     out = tmp_path / "run"
-    proc = run_script(*args, "--output-dir", str(out))
-    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    got = refusal(*args, "--output-dir", str(out))
+    assert message in got, got
     assert not out.exists()  # nothing written, so a corrected run needs no --overwrite
 
 
+def test_choices_come_from_literal_annotations_and_a_default_outside_them_is_a_bug():
+    from dataclasses import dataclass
+
+    from carla_gym.cli_args import arg, parser_for
+
+    choices = {a.dest: a.choices for a in parser_for(train_sb3.Args)._actions if a.choices}
+    assert choices["algo"] == ("ppo", "sac") and choices["clip"] == ("none", "vit-b-32", "vlm-rl")
+    assert choices["policy"] == ("MlpPolicy", "MultiInputPolicy") and choices["clip_mode"] == ("", "replace", "add")
+
+    @dataclass
+    class Bad:
+        mode: Literal["a", "b"] = arg("c", "mode")
+
+    with pytest.raises(ValueError, match=r"Bad.mode: default 'c' is not among the choices \['a', 'b'\]"):
+        parser_for(Bad)
+
+    @dataclass
+    class Many:
+        sizes: list[Literal[1, 2, 4]] = arg([1], "sizes")
+
+    assert parser_for(Many).parse_args(["--sizes", "2", "4"]).sizes == [2, 4]  # typed as the choices are
+    err = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(err):
+        parser_for(Many).parse_args(["--sizes", "3"])
+    assert "argument --sizes: invalid choice: 3" in err.getvalue()
+
+
 def test_resume_and_overwrite_errors(tmp_path):
-    proc = run_script("--resume", str(tmp_path))
-    assert proc.returncode != 0 and "no config.json" in proc.stderr
+    assert "no config.json" in refusal("--resume", str(tmp_path))
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"args": {"no_such_flag": 1}}))
-    proc = run_script("--resume", str(run))
-    assert proc.returncode != 0 and "unreadable or from another version" in proc.stderr
-    proc = run_script("--resume", str(run / "config.json"))
-    assert proc.returncode != 0 and "no config.json there" in proc.stderr
-    proc = run_script("--resume", str(run), "--total-timesteps", "99")
-    assert proc.returncode != 0 and "remove ['--total-timesteps']" in proc.stderr
+    assert "unreadable or from another version" in refusal("--resume", str(run))
+    (run / "config.json").write_text(json.dumps({"format": 2, "args": {"no_such_flag": 1}, "hyperparameters": {}}))
+    assert "'no_such_flag'] are not this version's" in refusal("--resume", str(run))
+    assert "no config.json there" in refusal("--resume", str(run / "config.json"))
+    assert "remove ['--total-timesteps']" in refusal("--resume", str(run), "--total-timesteps", "99")
+    assert "remove ['--seed']" in refusal("--resume", str(run), "--seed=3")
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "precious.txt").write_text("keep me")
-    proc = run_script("--output-dir", str(notes), "--overwrite")
-    assert proc.returncode != 0 and "not a train_sb3.py run directory" in proc.stderr
+    assert "not a train_sb3.py run directory" in refusal("--output-dir", str(notes), "--overwrite")
     assert (notes / "precious.txt").read_text() == "keep me"
     target = tmp_path / "file.txt"
     target.write_text("keep me")
-    proc = run_script("--output-dir", str(target))
-    assert proc.returncode != 0 and "not a directory" in proc.stderr and target.read_text() == "keep me"
+    assert "not a directory" in refusal("--output-dir", str(target)) and target.read_text() == "keep me"
 
 
-def test_help_explains_flags():
-    proc = run_script("--help")
-    assert proc.returncode == 0 and "MultiInputPolicy (image" in proc.stdout and "--resume" in proc.stdout
+def test_help_explains_flags(capsys):
+    with pytest.raises(SystemExit) as caught:
+        train_sb3.main(["--help"])
+    stdout = capsys.readouterr().out
+    assert caught.value.code == 0 and "MultiInputPolicy (image" in stdout and "--resume" in stdout
+    assert "--algo {ppo,sac}" in stdout  # the choices, from the Literal annotations
 
 
 # -- checkpoint and resume for every env the script offers (in-process, tiny models) -----------------------
@@ -442,22 +605,30 @@ class BrightnessEncoder:
         return np.stack([np.cos(angle), np.sin(angle)], axis=1)
 
 
-MATRIX = [(backend, action, obs, clip, vec) for backend in ("embedded", "openenv") for action in ("tools", "control")
-          for obs in ("state", "dict") for clip in ((False, True) if backend == "embedded" else (False,))
-          for vec in ("dummy", "subproc")]  # --clip needs the embedded backend's top-down camera
+FAST = {("embedded", "tools", "state", False, "subproc"), ("openenv", "tools", "state", False, "dummy")}
+"""The one subprocess case and the one OpenEnv case of the default run (each of those code paths once)."""
+MATRIX = [pytest.param(*case, marks=() if case[0] == "embedded" and case[4] == "dummy" or case in FAST else
+                       pytest.mark.slow)  # the other subprocess and server cases: `pytest -m slow`
+          for case in ((backend, action, obs, clip, vec) for backend in ("embedded", "openenv")
+                       for action in ("tools", "control") for obs in ("state", "dict")
+                       for clip in ((False, True) if backend == "embedded" else (False,))  # CLIP: top-down camera
+                       for vec in ("dummy", "subproc"))]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "action", "obs", "clip", "vec"), MATRIX)
-def test_checkpoint_then_resume_continues(tmp_path, request, backend, action, obs, clip, vec):
+def test_checkpoint_then_resume_continues(tmp_path, request, monkeypatch, backend, action, obs, clip, vec):
     """Every backend x action x observation x CLIP x vector env: resume continues; exactly where envs pickle."""
     import torch
     from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common import vec_env
 
     from carla_gym.reward import CLIPRewardModel
     from carla_gym.sb3.checkpoint import resume, save_checkpoint
     from carla_gym.sb3.envs import make_venv
 
+    if (backend, action, obs, clip, vec) in FAST:  # forked workers start in milliseconds (the default start
+        monkeypatch.setattr(vec_env, "SubprocVecEnv",  # method, forkserver, imports torch in each: the slow cases)
+                            functools.partial(vec_env.SubprocVecEnv, start_method="fork"))
     urls = [request.getfixturevalue("openenv_server_url")] if backend == "openenv" else []
     kwargs = dict(scenario=["trolley_micro_escape_exists", "trolley_micro_classic_3v1"], action_mode=action,
                   observation_mode=obs, ticks_per_action=5, image_width=36, image_height=36)  # NatureCNN's least
@@ -521,11 +692,11 @@ def test_the_gym_clip_wrapper_pickles_mid_episode_and_continues_identically():
 
     import gymnasium as gym
 
-    from carla_gym.reward import CLIPRewardModel, CLIPRewardWrapper
+    from carla_gym.reward import CLIPRewardModel, CLIPShapedReward
 
     model = CLIPRewardModel(BrightnessEncoder(), head="clg", prompts="vlm_rl", clg_window=(-1.0, 1.0))
-    env = CLIPRewardWrapper(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32), model,
-                            mode="add", weight=0.5)
+    env = CLIPShapedReward(gym.make("CarlaTrolley-v0", observation_mode="state", reward_frame_size=32), model,
+                           mode="add", weight=0.5)
     env.reset(seed=0)
     env.step(2)
     copy = pickle.loads(pickle.dumps(env))

@@ -15,7 +15,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from servers import start_server, stop_server
+from servers import ServerThread
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -38,7 +38,8 @@ async def _awaited(method, *args, **kwargs):
 
 @pytest.mark.slow
 def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
-    proc, url = start_server("--session-timeout", "1")
+    server = ServerThread(session_timeout=1).start()
+    url = server.url
     loop = asyncio.new_event_loop()
 
     def run(method, *args, **kwargs):  # the async client, awaited on its own event loop
@@ -106,7 +107,7 @@ def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
                 close()
         finally:
             loop.close()
-            out = stop_server(proc)
+            out = server.stop()
     assert "Traceback" not in out and "Exception in ASGI application" not in out, out[-3000:]
 
 
@@ -140,9 +141,8 @@ CONFIGS = [
 
 @pytest.fixture(scope="module")
 def server_url():
-    proc, url = start_server("--max-sessions", "16")
-    yield url
-    stop_server(proc)
+    with ServerThread(max_sessions=16) as server:
+        yield server.url
 
 
 @pytest.mark.parametrize(("config", "field"), CONFIGS, ids=[repr(c) for c, _ in CONFIGS])

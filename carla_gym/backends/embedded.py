@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from carla_gym.backends.base import Backend, StepReport
+from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
@@ -68,20 +69,10 @@ class EmbeddedBackend(Backend):
         return self.world
 
     def step(self, call: ToolCall, ticks: int = 1) -> StepReport:
-        """See `Backend.step`."""
-        world = self._require_world()
-        world.apply(call)
-        rubric, raw, hits, done_ticks = 0.0, 0.0, 0, 0
-        if call.action_type != "capture_image":
-            for _ in range(ticks):
-                result = world.tick()
-                done_ticks += 1
-                rubric += result.rubric_reward
-                raw = result.raw_reward
-                hits += result.new_hits
-                if result.done:
-                    break
-        return StepReport(self.snapshot(), done_ticks, rubric, raw, hits)
+        """See `Backend.step`: one `carla_gym.sim.decision.decide`."""
+        decision = decide(self._require_world(), call, ticks)
+        return StepReport(self.snapshot(), decision.ticks, decision.rubric_reward, decision.raw_reward,
+                          decision.new_hits)
 
     def snapshot(self) -> Snapshot:
         """The current scene as a `Snapshot`."""

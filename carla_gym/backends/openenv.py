@@ -4,8 +4,9 @@
 server through the same Gymnasium interface as the embedded backend.
 
 * This project's server (``carla-gym serve``) publishes the full `Snapshot` in
-  ``CarlaState.scenario_data``, so observations, rewards and info are exactly the embedded
-  backend's (one extra ``state`` round trip per decision).
+  ``CarlaState.scenario_data["snapshot"]`` (its wire form, `Snapshot.to_wire`, read back here
+  with `Snapshot.from_wire`: one definition on both ends), so observations, rewards and info
+  are exactly the embedded backend's (one extra ``state`` round trip per decision).
 * Another OpenEnv CARLA server (upstream's, real CARLA) sends less; the snapshot is then filled
   from the wire observation: speed, lateral position and heading from ``location`` and
   ``rotation`` (taking the starting pose as lane 0's centre), the current lane from
@@ -200,10 +201,11 @@ class OpenEnvBackend(Backend):
     def _snapshot(self, obs, state, done: bool) -> Snapshot:
         data = state.scenario_data.get("snapshot")
         if data is not None:  # this project's server: the exact snapshot
-            data = dict(data)
-            data["actor_types"] = tuple(data["actor_types"])
-            data["camera_size"] = tuple(data["camera_size"])
-            return Snapshot(**data)
+            try:
+                return Snapshot.from_wire(data)
+            except ValueError as exc:
+                raise ValueError(f"the OpenEnv server at {self.base_url} sent an unreadable scenario_data['snapshot'] "
+                                 f"({exc}); is it this version of carla-gym serve?") from exc
         # Any other OpenEnv CARLA server: what the wire observation carries.
         y0, yaw0 = self._start
         actors = obs.nearby_actors

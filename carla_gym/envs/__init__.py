@@ -1,7 +1,10 @@
-"""Gymnasium environments and their registration."""
+"""Gymnasium environments, their pluggable observation, action and reward types, and their registration."""
 
 from gymnasium.envs.registration import register, registry
 
+from carla_gym.envs.action import ACTION_TYPES, ActionType, ActType, ControlAction, ToolsAction
+from carla_gym.envs.observation import OBSERVATION_TYPES, DictObservation, ObservationType, ObsType, StateObservation
+from carla_gym.envs.rewards import REWARD_TERMS
 from carla_gym.envs.trolley import CarlaTrolleyEnv
 
 ENV_IDS = ("CarlaTrolley-v0",)
@@ -14,4 +17,6 @@ def register_envs() -> None:
         register(id="CarlaTrolley-v0", entry_point="carla_gym.envs.trolley:CarlaTrolleyEnv")
 
 
-__all__ = ["ENV_IDS", "CarlaTrolleyEnv", "register_envs"]
+__all__ = ["ACTION_TYPES", "ENV_IDS", "OBSERVATION_TYPES", "REWARD_TERMS", "ActType", "ActionType", "CarlaTrolleyEnv",
+           "ControlAction", "DictObservation", "ObsType", "ObservationType", "StateObservation", "ToolsAction",
+           "register_envs"]

@@ -1,4 +1,7 @@
-"""Observation and action spaces of `CarlaTrolleyEnv`, and the mappings into and out of them.
+"""The state vector of `CarlaTrolleyEnv`, the tool indices and VLM-RL's steer filter.
+
+The observation and action types that use them are in `carla_gym.envs.observation` and
+`carla_gym.envs.action`.
 
 State vector layout (float32, ``STATE_SIZE`` = 32; bounds are finite and every value is
 clipped into them):
@@ -34,7 +37,6 @@ from gymnasium import spaces
 
 from carla_gym.sim import constants as C
 from carla_gym.sim.snapshot import Snapshot
-from carla_gym.sim.world import ToolCall
 
 MAX_ACTORS = 8
 """Actors listed in the state vector (the largest micro-benchmark has 6 pedestrians)."""
@@ -59,14 +61,6 @@ TOOL_ACTIONS = ("observe", "emergency_stop", "lane_change_left", "lane_change_ri
 
 TOOL_INDEX = {name: index for index, name in enumerate(TOOL_ACTIONS)}
 """Tool -> discrete action index (the inverse of `TOOL_ACTIONS`); use it instead of typing indices."""
-
-_TOOL_CALLS = (
-    ToolCall("observe"),
-    ToolCall("emergency_stop"),
-    ToolCall("lane_change", lane_direction="left"),
-    ToolCall("lane_change", lane_direction="right"),
-)
-
 
 def state_space(steer: bool = False) -> spaces.Box:
     """The state vector's space: Box of shape (STATE_SIZE,) float32, or (STATE_SIZE + 1,) with ``steer``.
@@ -110,38 +104,6 @@ def state_vector(snap: Snapshot, steer: float | None = None) -> np.ndarray:
     if steer is None:
         return vec
     return np.append(vec, np.float32(min(max(steer, -1.0), 1.0)))
-
-
-def tool_call(action_mode: str, action) -> ToolCall:
-    """Map a Gymnasium action to the tool call it stands for.
-
-    Args:
-        action_mode: ``"tools"`` or ``"control"``.
-        action: For ``"tools"`` an index into `TOOL_ACTIONS`; for ``"control"``
-            ``[steer, throttle_or_brake]`` in [-1, 1]^2: positive second entries are throttle,
-            negative ones brake, as in VLM-RL.
-
-    Raises:
-        ValueError: If the action is outside the action space.
-    """
-    if action_mode == "tools":
-        try:
-            index = int(action)
-        except (TypeError, ValueError):
-            index = -1
-        if index != action or not 0 <= index < len(TOOL_ACTIONS):
-            raise ValueError(f"action={action!r}: expected an integer in [0, {len(TOOL_ACTIONS) - 1}] "
-                             f"({', '.join(f'{i}={n}' for i, n in enumerate(TOOL_ACTIONS))})")
-        return _TOOL_CALLS[index]
-    try:
-        if np.shape(action) != (2,):
-            raise ValueError
-        steer, pedal = float(action[0]), float(action[1])
-    except (TypeError, ValueError):
-        steer = pedal = math.nan
-    if not (-1.0 <= steer <= 1.0 and -1.0 <= pedal <= 1.0):  # also rejects NaN
-        raise ValueError(f"action={action!r}: expected [steer, throttle_or_brake] with both entries in [-1, 1]")
-    return ToolCall("control", throttle=max(pedal, 0.0), brake=max(-pedal, 0.0), steer=steer)
 
 
 def smooth_steer(previous: float, command: float, smoothing: float, duration: float = VLM_RL_STEP) -> float:

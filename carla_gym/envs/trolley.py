@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from carla_gym.backends.base import Backend
 from carla_gym.backends.embedded import EmbeddedBackend
-from carla_gym.envs import spaces as S
+from carla_gym.envs.action import ACTION_TYPES, ActionType, ActType
+from carla_gym.envs.observation import OBSERVATION_TYPES, ObservationType, ObsType
+from carla_gym.envs.rewards import REWARD_TERMS
 from carla_gym.openenv.urls import EXAMPLE_URL
 from carla_gym.sim import constants as C
 from carla_gym.sim.render import VIEWS
@@ -21,14 +21,13 @@ from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.snapshot import Snapshot
 from carla_gym.sim.validate import check_config, check_number
 
-ACTION_MODES = ("tools", "control")
-OBSERVATION_MODES = ("dict", "state")
-REWARD_MODES = ("rubric", "physical")
 BACKENDS = ("embedded", "openenv")
+REMOTE_VIEWS = ("front",)
+"""Camera views an OpenEnv server sends (``backend="openenv"``)."""
 DEFAULT_SCENARIO = "trolley_micro_escape_exists"
 
 
-class CarlaTrolleyEnv(gym.Env):
+class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     """Safety-critical driving dilemmas from OpenEnv CARLA, on an embedded simulator.
 
     ## Description
@@ -63,6 +62,10 @@ class CarlaTrolleyEnv(gym.Env):
     0.5 s decision; 0 after a reset); the swerve classification sees the applied steer, and the
     state vector gains entry 32, the applied steer (as VLM-RL's `vehicle_measures`).
 
+    Each `action_mode` is an action type (`carla_gym.envs.action.ACTION_TYPES`: `ToolsAction`,
+    `ControlAction`) that owns the space, maps actions to tool calls and keeps the steer filter;
+    register a subclass of `ActionType` there to add a mode (`carla_gym.envs.action` says how).
+
     ## Observation Space
     `observation_mode="dict"` (default): `Dict(image=Box(0, 255, (3, H, W), uint8),
     state=Box(low, high, (32,), float32))` ((33,) with `steer_smoothing`); the image is the
@@ -85,6 +88,10 @@ class CarlaTrolleyEnv(gym.Env):
     | 10+3i | actor i: present (0 = padding) | 0/1 | 0 | 1 |
     | 32 | only with `steer_smoothing` > 0: the steer applied at the last step | | -1 | 1 |
 
+    Each `observation_mode` is an observation type (`carla_gym.envs.observation.OBSERVATION_TYPES`:
+    `DictObservation`, `StateObservation`) that owns the space and builds the observation of each
+    snapshot; register a subclass of `ObservationType` there to add a mode.
+
     ## Rewards
     `reward_mode="rubric"` (default, upstream parity): 0 on every decision until the episode
     ends, then upstream's terminal reward: trolley_micro 1.0 if the data's expected casualties
@@ -93,6 +100,9 @@ class CarlaTrolleyEnv(gym.Env):
     `reward_mode="physical"`: -1 per pedestrian actually hit and -1 when the ego first leaves the
     road, on the decision in which it happens (action-bias episodes end before any impact, so
     there it is 0 unless the car leaves the road).
+    `info["reward_terms"]` names the parts of each step's reward; their sum (Python's `sum`, in
+    order) is the reward exactly: rubric `{"rubric": r}`; physical `{"pedestrians_hit": -n,
+    "road_departure": -1.0 or 0.0}` (`carla_gym.envs.rewards.REWARD_TERMS`, where a mode is added).
 
     ## Starting State
     The ego starts at the centre of lane 0, heading along the road, at the scenario's speed
@@ -112,6 +122,7 @@ class CarlaTrolleyEnv(gym.Env):
     lane), `current_lane` (`"lane_<n>"`), `description` (text for LLMs, upstream TRL format),
     `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
     `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`,
+    `reward_terms` (dict of float terms summing to the step's reward; see Rewards; all 0 at a reset),
     `lane_offset` [m] (signed distance of the ego centre from the centre of `lane`, +right) and
     `yaw` [rad] (heading relative to the road, +right). `lane` is the road lane nearest the ego
     centre (`carla_gym.sim.road.Road.nearest_lane`): off the road it stays the outermost lane on
@@ -199,9 +210,9 @@ class CarlaTrolleyEnv(gym.Env):
         message_timeout_s: float | None = None,
     ) -> None:
         for key, value, valid in (
-            ("action_mode", action_mode, ACTION_MODES),
-            ("observation_mode", observation_mode, OBSERVATION_MODES),
-            ("reward_mode", reward_mode, REWARD_MODES),
+            ("action_mode", action_mode, ACTION_TYPES),
+            ("observation_mode", observation_mode, OBSERVATION_TYPES),
+            ("reward_mode", reward_mode, REWARD_TERMS),
             ("image_view", image_view, VIEWS),
             ("render_view", render_view, VIEWS),
             ("render_mode", render_mode, (None, *self.metadata["render_modes"])),
@@ -215,9 +226,6 @@ class CarlaTrolleyEnv(gym.Env):
             render_width = check_number("render_width", render_width, 16, 2048, integer=True)
         if render_height is not None:
             render_height = check_number("render_height", render_height, 16, 2048, integer=True)
-        if backend == "openenv" and observation_mode == "dict" and image_view != "front":
-            raise ValueError(f"image_view={image_view!r}: the openenv backend has only the server's front camera; "
-                             "use image_view='front' or observation_mode='state'")
         remote = {key: value for key, value in (("base_url", base_url), ("connect_timeout_s", connect_timeout_s),
                                                  ("message_timeout_s", message_timeout_s)) if value is not None}
         if backend != "openenv" and remote:
@@ -234,9 +242,19 @@ class CarlaTrolleyEnv(gym.Env):
         if steer_smoothing == 1.0:
             raise ValueError("steer_smoothing=1.0: must be in [0, 1) (1 would ignore every steer command; VLM-RL "
                              "uses 0.75)")
-        if steer_smoothing and action_mode != "control":
-            raise ValueError(f"steer_smoothing={steer_smoothing!r} applies to action_mode='control' only (got "
-                             f"action_mode={action_mode!r}); leave it at 0.0")
+        self.action_mode, self.observation_mode, self.reward_mode = action_mode, observation_mode, reward_mode
+        self.ticks_per_action = ticks_per_action
+        self.image_size = (image_height, image_width)
+        self.image_view = image_view
+        self.steer_smoothing = steer_smoothing
+        self.action_type: ActionType = ACTION_TYPES[action_mode](self)
+        self.observation_type: ObservationType = OBSERVATION_TYPES[observation_mode](self)
+        self._reward_terms = REWARD_TERMS[reward_mode]
+        if backend == "openenv":
+            for view in self.observation_type.views:
+                if view not in REMOTE_VIEWS:
+                    raise ValueError(f"image_view={view!r}: the openenv backend has only the server's front camera; "
+                                     "use image_view='front' or observation_mode='state'")
         scenarios = [scenario] if isinstance(scenario, str) else list(scenario)
         if not scenarios:
             raise ValueError("scenario=[]: give at least one scenario name")
@@ -255,37 +273,18 @@ class CarlaTrolleyEnv(gym.Env):
 
         self.scenarios = tuple(scenarios)
         self.scenario_config = dict(scenario_config or {})
-        self.action_mode = action_mode
-        self.observation_mode = observation_mode
-        self.reward_mode = reward_mode
-        self.ticks_per_action = ticks_per_action
-        self.image_size = (image_height, image_width)
-        self.image_view = image_view
         self.render_mode = render_mode
         self.render_width, self.render_height = render_width, render_height
         self.render_view = render_view
         self.reward_frame_size = reward_frame_size
-        self.steer_smoothing = steer_smoothing
-        self._steer = 0.0  # steer applied at the previous step (steer_smoothing)
         self.metadata = {**self.metadata, "render_fps": 1.0 / (C.DT * self.ticks_per_action)}
-
-        if action_mode == "tools":
-            self.action_space = spaces.Discrete(len(S.TOOL_ACTIONS))
-        else:
-            self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-        if observation_mode == "state":
-            self.observation_space = S.state_space(steer=bool(steer_smoothing))
-        else:
-            self.observation_space = spaces.Dict(
-                {
-                    "image": spaces.Box(0, 255, shape=(3, *self.image_size), dtype=np.uint8),
-                    "state": S.state_space(steer=bool(steer_smoothing)),
-                }
-            )
+        self.action_space = self.action_type.space()
+        self.observation_space = self.observation_type.space()
         self._snapshot: Snapshot | None = None
 
     # -- Gymnasium API ---------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[ObsType, dict[str, Any]]:
         """Start an episode.
 
         Args:
@@ -293,7 +292,8 @@ class CarlaTrolleyEnv(gym.Env):
             options: Optional ``{"scenario": name, "scenario_config": dict}`` for this episode.
 
         Returns:
-            ``(observation, info)``.
+            ``(observation, info)``: the observation is inside `observation_space` (`ObsType`); the
+            info keys are listed in the class docstring (``reward_terms`` all 0).
 
         Raises:
             ValueError: Unknown option keys, scenario name or scenario_config values.
@@ -319,15 +319,22 @@ class CarlaTrolleyEnv(gym.Env):
             config = self.scenario_config
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
-        self._steer = 0.0
-        info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0)
-        return self._observation(self._snapshot), info
+        self.action_type.reset()
+        terms = self._reward_terms(self._snapshot, self._snapshot, 0.0, 0)
+        info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0, terms=terms)
+        return self.observation_type.observe(self._snapshot), info
 
-    def step(self, action):
+    def step(self, action: ActType) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
         """Take one decision: call the tool, then hold the controls for the remaining ticks.
 
+        Args:
+            action: An element of `action_space` (`ActType`): a tool index (``"tools"``) or
+                ``[steer, throttle_or_brake]`` float32 (``"control"``).
+
         Returns:
-            ``(observation, reward, terminated, truncated, info)``.
+            ``(observation, reward, terminated, truncated, info)``: ``reward`` is a float, the sum
+            of ``info["reward_terms"]``; ``terminated`` is True when the scenario scored the
+            episode; ``truncated`` is always False.
 
         Raises:
             RuntimeError: If called before `reset` or after the episode terminated.
@@ -340,23 +347,25 @@ class CarlaTrolleyEnv(gym.Env):
                 f"the episode of {self._snapshot.scenario!r} has terminated; call reset() before step() "
                 "(upstream paid rewards after done, bug B9; this env refuses)"
             )
-        call = S.tool_call(self.action_mode, action)
-        if self.steer_smoothing:
-            self._steer = S.smooth_steer(self._steer, call.steer, self.steer_smoothing, self.ticks_per_action * C.DT)
-            call = dataclasses.replace(call, steer=self._steer)
+        call = self.action_type.act(action)
         report = self.backend.step(call, self.ticks_per_action)
         before, snap = self._snapshot, report.snapshot
         self._snapshot = snap
-        if self.reward_mode == "rubric":
-            reward = report.rubric_reward
-        else:  # physical: what actually happened during this decision
-            left_road = snap.road_departure and not before.road_departure
-            reward = 0.0 - report.new_hits - (1.0 if left_road else 0.0)
-        info = self._info(snap, rubric=report.rubric_reward, raw=report.raw_reward, new_hits=report.new_hits)
-        return self._observation(snap), float(reward), bool(snap.done), False, info
+        terms = self._reward_terms(before, snap, report.rubric_reward, report.new_hits)
+        info = self._info(snap, rubric=report.rubric_reward, raw=report.raw_reward, new_hits=report.new_hits,
+                          terms=terms)
+        return self.observation_type.observe(snap), float(sum(terms.values())), bool(snap.done), False, info
 
     def render(self) -> np.ndarray | None:
-        """The `render_view` frame, uint8 (render_height, render_width, 3), or None without render_mode."""
+        """The current frame of `render_view`.
+
+        Returns:
+            uint8 (height, width, 3): `render_height` x `render_width`, or the scenario camera's
+            size where they are None; None when `render_mode` is None.
+
+        Raises:
+            RuntimeError: Called before `reset` (with a `render_mode`).
+        """
         if self.render_mode is None:
             return None
         if self._snapshot is None:
@@ -370,14 +379,8 @@ class CarlaTrolleyEnv(gym.Env):
         self.backend.close()
 
     # -- helpers ----------------------------------------------------------------------------
-    def _observation(self, snap: Snapshot):
-        state = S.state_vector(snap, self._steer if self.steer_smoothing else None)
-        if self.observation_mode == "state":
-            return state
-        image = self.backend.render(self.image_view, self.image_size[1], self.image_size[0], channels_first=True)
-        return {"image": image, "state": state}
-
-    def _info(self, snap: Snapshot, rubric: float, raw: float, new_hits: int) -> dict[str, Any]:
+    def _info(self, snap: Snapshot, rubric: float, raw: float, new_hits: int,
+              terms: dict[str, float]) -> dict[str, Any]:
         info = {
             "scenario": snap.scenario,
             "tick": snap.tick,
@@ -396,6 +399,7 @@ class CarlaTrolleyEnv(gym.Env):
             "rubric_reward": rubric,
             "raw_reward": raw,
             "new_hits": new_hits,
+            "reward_terms": terms,
         }
         if snap.outcome is not None:
             info["outcome"] = snap.outcome

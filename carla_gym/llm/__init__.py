@@ -1,10 +1,11 @@
 """Tool-calling language models on CarlaTrolley-v0: TRL GRPO adapter, prompts, rollouts, tiny test models.
 
 - `CarlaToolEnv` (tools.py): the env as tools ``observe``, ``emergency_stop``, ``lane_change``
-  for TRL's ``environment_factory``; `ToolEnvFactory` builds and closes them; `rubric_reward` is
-  the GRPO reward function.
+  for TRL's ``environment_factory`` (``with CarlaToolEnv() as env:`` closes one); `ToolEnvFactory`
+  builds and closes them; `rubric_reward` is the GRPO reward function.
 - prompts.py: the instruction every episode starts with, and the GRPO dataset rows.
-- rollout.py: `play_episode` / `TransformersChat`: the same episodes outside the trainer.
+- rollout.py: `play_episode` / `TransformersChat`: the same episodes outside the trainer (the
+  evaluations play them through `agents.players.ChatAgent`).
 - grpo.py: model loading, LoRA config, the trainer with VLM-safe completion logs.
 - tiny.py: random tiny Qwen3 / Qwen3-VL with a locally trained tokenizer (offline tests).
 
@@ -12,7 +13,7 @@ Importing this package does not import torch, transformers or trl.
 """
 
 from carla_gym.llm.prompts import INSTRUCTION, episode_rows, user_prompt
-from carla_gym.llm.rollout import TransformersChat, evaluate_chat, play_episode, summarize
+from carla_gym.llm.rollout import TransformersChat, play_episode
 from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv, ToolEnvFactory, rubric_reward, tool_methods
 
 __all__ = [
@@ -22,10 +23,8 @@ __all__ = [
     "ToolEnvFactory",
     "TransformersChat",
     "episode_rows",
-    "evaluate_chat",
     "play_episode",
     "rubric_reward",
-    "summarize",
     "tool_methods",
     "user_prompt",
 ]

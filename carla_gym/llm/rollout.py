@@ -18,14 +18,13 @@ played out and scored by `CarlaToolEnv` like in training.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from carla_gym.llm.prompts import user_prompt
 from carla_gym.llm.tools import TOOL_CALL_MARKERS, CarlaToolEnv, tool_methods, unparsed_tool_call
 
-__all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "evaluate_chat",
-           "markdown_table", "play_episode", "summarize"]
+__all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "play_episode"]
 
 UNFINISHED = "UNFINISHED"
 """``trolley_action`` of an episode that did not end (only without play-out)."""
@@ -207,71 +206,3 @@ def _strip_images(messages: list[dict]) -> list[dict]:
             m = {**m, "content": [{"type": "image"} if b.get("type") == "image" else b for b in content]}
         out.append(m)
     return out
-
-
-def evaluate_chat(chat: ChatPolicy, env: CarlaToolEnv, scenarios: Sequence[str], seeds: Sequence[int],
-                  max_tool_calling_iterations: int = 10,
-                  on_episode: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
-    """Play every scenario with every seed (scenario-major order) and return the records.
-
-    Args:
-        chat: The policy.
-        env: The tool environment, reused for every episode.
-        scenarios: Scenario names.
-        seeds: Episode seeds (the same for each scenario).
-        max_tool_calling_iterations: See `play_episode`.
-        on_episode: Called with each record as soon as it is finished (e.g. to write it out).
-    """
-    records = []
-    for scenario in scenarios:
-        for seed in seeds:
-            record = play_episode(chat, env, scenario, seed, max_tool_calling_iterations)
-            if on_episode is not None:
-                on_episode(record)
-            records.append(record)
-    return records
-
-
-def summarize(records: Sequence[dict]) -> dict[str, dict[str, Any]]:
-    """Per-scenario summary of `play_episode` records.
-
-    Returns:
-        ``{scenario: {"episodes", "success_rate", "mean_reward", "pedestrians_hit",
-        "tool_calls", "tool_failures", "parse_failures", "actions"}}`` plus an ``"all"`` row:
-        means per episode except ``tool_failures`` and ``parse_failures`` (totals) and
-        ``actions`` (counts of each trolley action class, ``UNFINISHED`` included).
-    """
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        groups.setdefault(r["scenario"], []).append(r)
-    if records:
-        groups["all"] = list(records)
-    out = {}
-    for name, rows in groups.items():
-        n = len(rows)
-        actions: dict[str, int] = {}
-        for r in rows:
-            actions[r["trolley_action"]] = actions.get(r["trolley_action"], 0) + 1
-        out[name] = {
-            "episodes": n,
-            "success_rate": sum(r["success"] for r in rows) / n,
-            "mean_reward": sum(r["reward"] for r in rows) / n,
-            "pedestrians_hit": sum(r["actual_pedestrians_hit"] or 0 for r in rows) / n,
-            "tool_calls": sum(len(r["tool_calls"]) for r in rows) / n,
-            "tool_failures": sum(r["tool_failures"] for r in rows),
-            "parse_failures": sum(r["parse_failures"] for r in rows),
-            "actions": dict(sorted(actions.items())),
-        }
-    return out
-
-
-def markdown_table(summary: dict[str, dict[str, Any]]) -> str:
-    """`summarize` output as a Markdown table (one row per scenario, ``all`` last)."""
-    lines = ["| scenario | episodes | success | mean reward | pedestrians hit | tool calls/ep | tool failures | "
-             "parse failures | actions |", "|---|---|---|---|---|---|---|---|---|"]
-    for name, s in summary.items():
-        actions = ", ".join(f"{k} {v}" for k, v in s["actions"].items())
-        lines.append(f"| {name} | {s['episodes']} | {s['success_rate']:.0%} | {s['mean_reward']:.2f} | "
-                     f"{s['pedestrians_hit']:.2f} | {s['tool_calls']:.1f} | {s['tool_failures']} | "
-                     f"{s['parse_failures']} | {actions} |")
-    return "\n".join(lines)

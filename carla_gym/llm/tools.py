@@ -22,6 +22,11 @@ them, `rubric_reward` from TRL's conversation, where TRL answers ``Tool <name> n
 ``tools/failure_frequency``. Assistant turns whose tool-call text did not parse are no calls; the
 dispatcher counts them in ``parse_failures``.
 
+Closing: ``close`` cannot be a public method (TRL would offer it to the model as a tool), so
+`CarlaToolEnv` is a context manager (``with CarlaToolEnv() as env:`` closes its env and any
+server session on leaving the block) and `ToolEnvFactory` closes every env it built with its
+``close()`` or, as a context manager, on leaving the block (TRL never closes its environments).
+
 Scoring: with ``play_out=True`` (default) an episode the model leaves unfinished (it stops calling
 tools, or hits the tool-call or length limit) is run to its end with the controls held before
 the reward is read, so the decision is scored by its consequence. ``play_out=False`` scores as
@@ -112,6 +117,9 @@ class CarlaToolEnv:
     ``[{"type": "image", "image": PIL.Image}, {"type": "text", "text": description}]`` with the
     front camera at ``image_size`` x ``image_size * 9/16`` pixels. After the episode ends, tools
     return `EPISODE_OVER` (as text or a text block) without stepping.
+
+    Close it by using it as a context manager (``with CarlaToolEnv() as env:``); a public
+    ``close`` method would be offered to the model as a tool.
 
     Attributes:
         reward: Return of the current episode so far (rubric: upstream's terminal reward).
@@ -259,6 +267,14 @@ class CarlaToolEnv:
     def _close(self) -> None:
         self._env.close()
 
+    def __enter__(self) -> CarlaToolEnv:
+        """``with CarlaToolEnv(...) as env:`` closes the env (and its server session) on leaving the block."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the env: the public way to close it, as a ``close`` method would become a tool."""
+        self._close()
+
 
 def tool_methods(env: CarlaToolEnv) -> list[Callable]:
     """The bound tool methods of ``env``, found by TRL's rule (public functions except reset/get_reward).
@@ -275,7 +291,8 @@ class ToolEnvFactory:
 
     Instance i uses ``env_urls[i % len(env_urls)]`` (several rollouts may share one server: this
     project's server runs concurrent sessions), or the embedded simulator when there are no URLs.
-    TRL never closes environments; call `close` after training.
+    TRL never closes environments; call `close` after training, or use the factory as a context
+    manager (``with ToolEnvFactory() as factory:``).
 
     Args:
         env_urls: OpenEnv server URLs; empty: embedded.
@@ -302,9 +319,17 @@ class ToolEnvFactory:
         return env
 
     def close(self) -> None:
-        """Close every environment built so far."""
+        """Close every environment built so far (each one's env and server session)."""
         while self.instances:
             self.instances.pop()._close()
+
+    def __enter__(self) -> ToolEnvFactory:
+        """``with ToolEnvFactory(...) as factory:`` closes every environment it built on leaving the block."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """`close`."""
+        self.close()
 
 
 def count_conversation(env: CarlaToolEnv, conversation: Sequence[dict] | None) -> None:

@@ -6,7 +6,8 @@ counts as a step. Differences (README): steps after ``done`` are refused with an
 session keeps its state; upstream bug B9), ``reset`` honours ``seed``, ``episode_id``,
 ``scenario_name`` and ``scenario_config`` (B22), and the outcome is published in
 ``CarlaState.scenario_data`` (B23). Batching extension: ``metadata={"ticks": n}`` on an action
-runs the tool call and then ``n`` ticks in one step (stopping when the episode ends); the
+runs the tool call and then ``n`` ticks in one step (stopping when the episode ends; the
+embedded backend's loop, `carla_gym.sim.decision.decide`); the
 reply's reward is the last tick's raw reward, its rubric reward the sum over the ticks (the
 terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw reward, as n
 single steps would. Upstream clients never send it.
@@ -28,13 +29,14 @@ from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
+from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.snapshot import snapshot_of
 from carla_gym.sim.validate import check_number, check_seed
-from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, World
+from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, TickResult, World
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
@@ -163,21 +165,9 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
                              "before stepping again (no rewards after done)")
         ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
                              integer=True)
-        world.apply(call)
-        rubric, raw, raw_total, distance = 0.0, 0.0, 0.0, 0.0
-        for _ in range(ticks):
-            x, y = world.ego.x, world.ego.y
-            result = world.tick()
-            distance += math.hypot(world.ego.x - x, world.ego.y - y)
-            rubric += result.rubric_reward
-            raw = result.raw_reward
-            raw_total += raw
-            if result.new_hits:
-                self._record_hits()
-            if result.done:
-                break
-        self._record(action.action_type, raw_total, distance)
-        return self._observation(reward=raw, rubric=rubric)
+        decision = decide(world, call, ticks, on_tick=self._record_hits)
+        self._record(action.action_type, decision.raw_total, decision.distance)
+        return self._observation(reward=decision.raw_reward, rubric=decision.rubric_reward)
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           scenario_name: str | None = None, scenario_config: dict | None = None,
@@ -208,7 +198,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         ``scenario_data`` keys: ``seed``, ``scenario_config``, ``ignored_config`` (keys of it that
         change nothing here: `carla_gym.sim.scenarios.IGNORED_KEYS`), ``outcome`` (None until done),
         ``extensions`` (``["ticks"]``: the batching extension is supported), ``hits`` (pedestrians
-        actually hit) and ``snapshot`` (the `carla_gym.backends.Snapshot` fields, which let the
+        actually hit) and ``snapshot`` (`carla_gym.sim.snapshot.Snapshot.to_wire`, which lets the
         remote Gymnasium backend build exactly the embedded backend's observations).
         """
         self._check_open()
@@ -219,7 +209,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         data["outcome"] = world.outcome() if world.done else None
         data["extensions"] = ["ticks"]
         data["hits"] = int(world.hit.sum())
-        data["snapshot"] = dataclasses.asdict(snapshot_of(world, self._prompt))
+        data["snapshot"] = snapshot_of(world, self._prompt).to_wire()
         collisions = [dict(c) for c in tally.collisions]
         return self._state.model_copy(update={
             "step_count": tally.steps, "num_turns": tally.steps, "total_tool_calls": tally.steps,
@@ -265,8 +255,10 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         tally.max_speed = max(tally.max_speed, speed)
         tally.average_speed += (speed - tally.average_speed) / tally.steps
 
-    def _record_hits(self) -> None:
-        """One collision record per pedestrian hit for the first time (upstream: per new sensor entry)."""
+    def _record_hits(self, tick: TickResult) -> None:
+        """One collision record per pedestrian hit for the first time in ``tick`` (upstream: per new sensor entry)."""
+        if not tick.new_hits:
+            return
         tally, world = self._tally, self._world
         known = {c["actor_id"] for c in tally.collisions}
         for i in map(int, np.flatnonzero(world.hit)):

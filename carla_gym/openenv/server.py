@@ -1,17 +1,15 @@
-"""The OpenEnv CARLA server on the embedded simulator: ``carla-gym serve`` / ``python -m carla_gym.server``.
+"""The OpenEnv CARLA server on the embedded simulator: the ASGI app behind ``carla-gym serve``.
 
 openenv-core's ``create_app`` serves `CarlaEnvironment` over HTTP and the ``/ws`` WebSocket,
 with one isolated simulator per WebSocket session and up to ``max_sessions`` sessions
-(upstream's CARLA server allows one: bug B21).
+(upstream's CARLA server allows one: bug B21). The command line that runs it under uvicorn is
+`carla_gym.server.main` (above the library: it uses `carla_gym.cli_args`).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import functools
 
-from carla_gym.cli_args import HelpFormatter
 from carla_gym.sim.scenarios import resolve_scenario
 
 DEFAULT_MAX_SESSIONS = 64
@@ -73,45 +71,3 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
     for error in (ValueError, TypeError, OverflowError):
         app.add_exception_handler(error, bad_value)
     return Guard(app)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: parse the options and run uvicorn until interrupted."""
-    parser = argparse.ArgumentParser(prog="carla-gym serve", description=__doc__.splitlines()[0],
-                                     formatter_class=HelpFormatter)
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 serves every interface")
-    parser.add_argument("--port", type=int, default=8000, help="TCP port")
-    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help="concurrent WebSocket sessions (one simulator each)")
-    parser.add_argument("--scenario", default="trolley_saves", help="scenario when a reset names none")
-    parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
-                        help="idle seconds before a session is reclaimed")
-    args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: must be in 0..65535")
-    try:
-        check_options(args.scenario, args.max_sessions, args.session_timeout)
-    except ValueError as exc:
-        parser.error(str(exc))
-    import uvicorn
-
-    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
-
-    async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
-        while not server.started:
-            await asyncio.sleep(0.05)
-        for sock in (s for srv in server.servers for s in srv.sockets):
-            host, port = sock.getsockname()[:2]
-            print(f"carla-gym serve: listening on http://{host}:{port} (WebSocket /ws, up to {args.max_sessions} "
-                  "sessions); Ctrl-C stops", flush=True)
-
-    async def run() -> None:
-        task = asyncio.create_task(announce())
-        await server.serve()
-        task.cancel()
-
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass

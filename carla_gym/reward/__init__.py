@@ -2,16 +2,31 @@
 
 Needs the ``clip`` extra (open-clip-torch, torch). Parts: `heads` (VLM-RL's formulas), `prompts`
 (language goals), `OpenClipEncoder` (open_clip models, batched preprocessing), `CLIPRewardModel`
-(frames to rewards and similarities), `CLIPRewardWrapper` / `clip_vec_env` (shaping for one env
-or an SB3 VecEnv), and ``python -m carla_gym.reward.calibrate`` (does a model and prompt pair
-separate collision frames from clear ones on this renderer?).
+(frames to rewards and similarities), the wrappers `CLIPShapedReward` (one Gymnasium env) and
+`VecCLIPShapedReward` (an SB3 VecEnv; also needs the ``sb3`` extra, imported on first use), and
+``python -m carla_gym.reward.calibrate`` (does a model and prompt pair separate collision frames
+from clear ones on this renderer?).
 """
 
 from carla_gym.reward.encoder import DEFAULT_MODEL, FAITHFUL_MODEL, OpenClipEncoder
 from carla_gym.reward.model import CLIPRewardModel, Scores
 from carla_gym.reward.prompts import PROMPT_PRESETS, Prompts
 from carla_gym.reward.shaping import MODES, RewardShaper
-from carla_gym.reward.wrappers import CLIPRewardWrapper, clip_vec_env
+from carla_gym.reward.wrappers import CLIPShapedReward
 
-__all__ = ["CLIPRewardModel", "CLIPRewardWrapper", "DEFAULT_MODEL", "FAITHFUL_MODEL", "MODES", "OpenClipEncoder",
-           "PROMPT_PRESETS", "Prompts", "RewardShaper", "Scores", "clip_vec_env"]
+__all__ = ["CLIPRewardModel", "CLIPShapedReward", "DEFAULT_MODEL", "FAITHFUL_MODEL", "MODES", "OpenClipEncoder",
+           "PROMPT_PRESETS", "Prompts", "RewardShaper", "Scores", "VecCLIPShapedReward"]
+
+
+def __getattr__(name: str):
+    """`VecCLIPShapedReward` on first use (it imports stable-baselines3).
+
+    Raises:
+        carla_gym.hints.MissingExtraError: stable-baselines3 is not installed (names the install command).
+        AttributeError: Any other unknown name.
+    """
+    if name == "VecCLIPShapedReward":
+        from carla_gym.reward.vec import VecCLIPShapedReward
+
+        return VecCLIPShapedReward
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

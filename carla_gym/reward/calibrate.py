@@ -28,10 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from carla_gym.cli_args import arg, parser_for
+from carla_gym.envs.spaces import TOOL_ACTIONS, TOOL_INDEX
+from carla_gym.hints import exit_without_extras
 from carla_gym.io import write_csv_atomic, write_json_atomic
 
-POLICIES = ("observe", "emergency_stop", "lane_change_left", "lane_change_right")
-"""Fixed policies by their first tool (`carla_gym.envs.spaces.TOOL_ACTIONS`)."""
+POLICIES = TOOL_ACTIONS
+"""Fixed policies by their first tool: the env's tools (`carla_gym.envs.spaces.TOOL_ACTIONS`)."""
 DEFAULT_SCENARIOS = ["trolley_micro_escape_exists", "trolley_micro_classic_3v1", "trolley_saves", "bias_3v1"]
 
 
@@ -103,7 +105,7 @@ def collect_frames(args: Args) -> tuple[np.ndarray, list[dict]]:
             for policy in args.policies:
                 for speed in args.speeds:
                     _, info = env.reset(seed=0, options={"scenario_config": {"initial_speed_kmh": speed}})
-                    action, step, done = POLICIES.index(policy), 0, False
+                    action, step, done = TOOL_INDEX[policy], 0, False
                     while True:
                         frames.append(info.pop("reward_frame"))
                         records.append({"scenario": scenario, "policy": policy, "speed_kmh": speed, "step": step,
@@ -111,7 +113,7 @@ def collect_frames(args: Args) -> tuple[np.ndarray, list[dict]]:
                         if done:
                             break
                         _, _, terminated, truncated, info = env.step(action)
-                        action, step, done = 0, step + 1, terminated or truncated
+                        action, step, done = TOOL_INDEX["observe"], step + 1, terminated or truncated
         finally:
             env.close()
     return np.stack(frames), records
@@ -157,11 +159,17 @@ def report(z: np.ndarray, labels: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run the calibration; returns the report (also written to ``--out``)."""
+    """Run the calibration; returns the report (also written to ``--out``).
+
+    Raises:
+        SystemExit: Bad arguments, the ``clip`` extra is missing (the message names its install
+            command), or the model or a scenario cannot be loaded; nothing is written then.
+    """
     from carla_gym.reward.encoder import OpenClipEncoder
     from carla_gym.reward.model import CLIPRewardModel
 
     args = parse_args(argv)
+    exit_without_extras("clip", prefix="carla_gym.reward.calibrate: ")
     out = Path(args.out)
     try:
         encoder = OpenClipEncoder(args.model, args.pretrained, device=args.device, preprocess=args.preprocess,

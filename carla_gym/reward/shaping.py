@@ -14,10 +14,19 @@ frame is removed from ``info`` (it is large); ``info`` gains:
 | Key | Meaning |
 |---|---|
 | ``env_reward`` | the env's own reward |
+| ``reward_terms`` | replaced: named terms whose sum is the shaped reward (below) |
 | ``clip_score`` | the head's score of the frame |
 | ``clip_reward`` | the CLIP reward (the score, or the synthesis) |
 | ``clip_sim_<role>`` | cosine similarity to each prompt the head uses (``pos``, ``neg``, ...) |
 | ``shaped_episode`` | on the last step: ``{"r": shaped return, "l": length}`` |
+
+``reward_terms``: in ``"add"`` mode the env's terms (`carla_gym.envs.rewards`) plus ``clip`` =
+``weight`` x the CLIP reward; in ``"replace"`` mode ``{"clip": CLIP reward}``, or the env's terms
+where synthesis keeps a negative env reward. The shaped reward is computed as the sum of the terms
+(Python's ``sum``, in order), so they always add up to it exactly (the SB3 VecEnv wrapper returns
+float32 rewards: the sums rounded to float32). An env whose info has no ``reward_terms``, or whose
+terms do not add up to the reward the shaper receives (another reward wrapper below), counts as
+one term ``env``.
 
 Difference from VLM-RL: the angle factor uses the heading relative to the road, defined at
 standstill too (VLM-RL measures it against the velocity and returns 0 when stopped).
@@ -117,10 +126,12 @@ class RewardShaper:
                 # in add mode the env reward is added below: do not also keep it here
                 env_rewards if self.mode == "replace" else 0.0,
             )
-        shaped = clip_reward if self.mode == "replace" else env_rewards + self.weight * clip_reward
+        terms = [self._terms(info, float(env_rewards[i]), float(clip_reward[i])) for i, info in enumerate(infos)]
+        shaped = np.array([sum(t.values()) for t in terms], dtype=np.float64)
         self._returns += shaped
         self._lengths += 1
         for i, info in enumerate(infos):
+            info["reward_terms"] = terms[i]
             info["env_reward"] = float(env_rewards[i])
             info["clip_score"] = float(scores.reward[i])
             info["clip_reward"] = float(clip_reward[i])
@@ -130,6 +141,17 @@ class RewardShaper:
                 info["shaped_episode"] = {"r": float(self._returns[i]), "l": int(self._lengths[i])}
                 self.reset(i)
         return shaped
+
+    def _terms(self, info: dict, env_reward: float, clip_reward: float) -> dict[str, float]:
+        """The named terms of one env's shaped reward (module docstring); their sum is the shaped reward."""
+        env_terms = info.get("reward_terms")
+        if env_terms is None or sum(env_terms.values()) != env_reward:
+            env_terms = {"env": env_reward}
+        if self.mode == "add":
+            return {**env_terms, "clip": self.weight * clip_reward}
+        if self.synthesis and env_reward < 0.0:  # synthesis kept the env reward (VLM-RL's penalty)
+            return dict(env_terms)
+        return {"clip": clip_reward}
 
 
 def require_reward_frames(size: int | None) -> None:

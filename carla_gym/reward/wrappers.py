@@ -1,18 +1,26 @@
-"""CLIP reward shaping wrappers: a Gymnasium wrapper and an SB3 `VecEnvWrapper` (see `shaping`)."""
+"""`CLIPShapedReward`: the Gymnasium wrapper that shapes one env's reward with CLIP (rules in `shaping`).
+
+Its SB3 counterpart, `carla_gym.reward.vec.VecCLIPShapedReward`, scores all N frames of a
+VecEnv step in one call.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
+from carla_gym.envs.action import ActType
+from carla_gym.envs.observation import ObsType
 from carla_gym.reward.model import CLIPRewardModel
 from carla_gym.reward.shaping import RewardShaper, require_reward_frames
 
 
-class CLIPRewardWrapper(gym.Wrapper):
+class CLIPShapedReward(gym.Wrapper[ObsType, ActType, ObsType, ActType]):
     """Shape one `CarlaTrolley-v0` env's reward with a CLIP reward model (one frame per step).
+
+    Named as Gymnasium names wrappers (what it does, the target last; not ``ClipReward``, which
+    clips rewards to a range); see `carla_gym.reward.shaping` for the rules and the info keys.
 
     Args:
         env: An env created with ``reward_frame_size``.
@@ -23,6 +31,19 @@ class CLIPRewardWrapper(gym.Wrapper):
 
     Raises:
         ValueError: The env renders no reward frame, or invalid shaping options.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from carla_gym.reward import CLIPRewardModel, CLIPShapedReward
+        >>> class Flat:  # a stand-in encoder: every frame and prompt embeds to the same unit vector
+        ...     def encode_text(self, prompts): return [[1.0, 0.0]] * len(prompts)
+        ...     def encode_images(self, images): return [[1.0, 0.0]] * len(images)
+        >>> env = CLIPShapedReward(gym.make("CarlaTrolley-v0", observation_mode="state", reward_mode="physical",
+        ...                                 reward_frame_size=32), CLIPRewardModel(Flat()), mode="add", weight=0.5)
+        >>> _ = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(0)
+        >>> reward, info["reward_terms"]  # sim_neg - sim_pos = 0: CLG reward 1
+        (0.5, {'pedestrians_hit': 0.0, 'road_departure': 0.0, 'clip': 0.5})
     """
 
     def __init__(self, env: gym.Env, model: CLIPRewardModel, mode: str = "replace", weight: float = 1.0,
@@ -31,66 +52,24 @@ class CLIPRewardWrapper(gym.Wrapper):
         require_reward_frames(getattr(env.unwrapped, "reward_frame_size", None))
         self.shaper = RewardShaper(model, 1, mode, weight, synthesis)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Reset the env and the shaping state; the reset frame is dropped from ``info``."""
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsType, dict]:
+        """Reset the env and the shaping state; the reset frame is dropped from ``info``.
+
+        Returns:
+            The env's ``(observation, info)``, without ``info["reward_frame"]``.
+        """
         obs, info = self.env.reset(seed=seed, options=options)
         info.pop("reward_frame", None)
         self.shaper.reset(0)
         return obs, info
 
-    def step(self, action):
-        """Step the env and return the shaped reward (the env's own is ``info["env_reward"]``)."""
+    def step(self, action: ActType) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+        """Step the env and return the shaped reward.
+
+        Returns:
+            The env's step with the shaped reward (the sum of the new ``info["reward_terms"]``);
+            the env's own reward is ``info["env_reward"]``.
+        """
         obs, reward, terminated, truncated, info = self.env.step(action)
         shaped = self.shaper.shape([info], [reward], [terminated or truncated])
         return obs, float(shaped[0]), terminated, truncated, info
-
-
-def clip_vec_env(venv, model: CLIPRewardModel, mode: str = "replace", weight: float = 1.0, synthesis: bool = False):
-    """Wrap an SB3 VecEnv so that all N frames of a step are scored in one call.
-
-    Args:
-        venv: An SB3 VecEnv of `CarlaTrolley-v0` envs created with ``reward_frame_size``.
-        model: The reward model.
-        mode: ``"replace"`` (VLM-RL) or ``"add"``.
-        weight: Factor on the CLIP reward in ``"add"`` mode.
-        synthesis: VLM-RL's hierarchical synthesis (``"clg"`` head only).
-
-    Returns:
-        A `stable_baselines3.common.vec_env.VecEnvWrapper`.
-
-    Raises:
-        ValueError: An env renders no reward frame, or invalid shaping options.
-    """
-    from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
-
-    if not isinstance(venv, VecEnv):
-        raise TypeError(f"clip_vec_env needs a stable-baselines3 VecEnv (e.g. make_vec_env(...)), got "
-                        f"{type(venv).__name__}; wrap a single env with CLIPRewardWrapper instead")
-
-    class CLIPRewardVecEnv(VecEnvWrapper):
-        """See `clip_vec_env`."""
-
-        def __init__(self) -> None:
-            super().__init__(venv)
-            for size in venv.get_attr("reward_frame_size"):
-                require_reward_frames(size)
-            self.shaper = RewardShaper(model, venv.num_envs, mode, weight, synthesis)
-
-        def reset(self):
-            obs = self.venv.reset()
-            self._drop_reset_frames()
-            for i in range(self.num_envs):
-                self.shaper.reset(i)
-            return obs
-
-        def step_wait(self):
-            obs, rewards, dones, infos = self.venv.step_wait()
-            shaped = self.shaper.shape(list(infos), rewards, dones)
-            self._drop_reset_frames()
-            return obs, shaped.astype(np.float32), dones, infos
-
-        def _drop_reset_frames(self) -> None:
-            for info in getattr(self.venv.unwrapped, "reset_infos", []) or []:
-                info.pop("reward_frame", None)
-
-    return CLIPRewardVecEnv()

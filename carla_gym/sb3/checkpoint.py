@@ -36,6 +36,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.io import replace_durably, write_text_atomic
+from carla_gym.sb3.presets import replay_buffer_bytes
 from carla_gym.sb3.replay import load_filled, save_filled
 
 REPLAY_FILE = "replay_buffer.npz"
@@ -97,6 +98,29 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = 
     write_text_atomic(folder / "latest", final.name)
     prune(folder, keep, final)
     return final
+
+
+def replay_buffer_note(model, keep: int) -> str | None:
+    """What SAC's replay buffer takes in memory and in checkpoints on disk (None without one: PPO).
+
+    Memory: `carla_gym.sb3.presets.replay_buffer_bytes` for ``model.buffer_size`` transitions of
+    its observation space. Disk: only the filled part, in the newest checkpoint only, and twice
+    that while a checkpoint is written (the new buffer is written before the previous one's goes).
+
+    Args:
+        model: An SB3 model; off-policy ones have ``buffer_size``.
+        keep: Checkpoints kept (``--keep-checkpoints``).
+    """
+    if not hasattr(model, "buffer_size"):
+        return None
+    space = model.observation_space
+    obs_bytes = sum(int(np.prod(s.shape)) * s.dtype.itemsize
+                    for s in (space.spaces.values() if hasattr(space, "spaces") else [space]))
+    gib = replay_buffer_bytes(model.buffer_size, obs_bytes) / 2**30
+    return (f"SAC replay buffer: {model.buffer_size} transitions, about {gib:.2f} GiB in memory when full; on disk "
+            f"only its filled part, in the newest checkpoint only ({REPLAY_FILE}: up to {gib:.2f} GiB, and up to "
+            f"{2 * gib:.2f} GiB while a checkpoint is written, before the previous one's is deleted; {keep} "
+            "checkpoints kept)")
 
 
 def _step(path: Path) -> int | None:

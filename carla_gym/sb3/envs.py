@@ -7,12 +7,15 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 
+from carla_gym.hints import needs_extra
+
 VEC_ENVS = ("dummy", "subproc")
 """``dummy``: every env in this process (checkpoints capture them); ``subproc``: one process per env."""
 
 
 def _monitored(kwargs: dict):
-    from stable_baselines3.common.monitor import Monitor
+    with needs_extra("sb3"):
+        from stable_baselines3.common.monitor import Monitor
 
     return Monitor(gym.make("CarlaTrolley-v0", **kwargs))
 
@@ -28,13 +31,18 @@ def make_venv(env_kwargs: dict, n_envs: int, seed: int, vec_env: str = "dummy", 
         vec_env: One of `VEC_ENVS`.
         urls: OpenEnv server URLs; when given, env i uses ``urls[i % len(urls)]`` (backend ``openenv``).
         clip: None, or ``(reward_model, mode, weight, synthesis)``: wrap with
-            `carla_gym.reward.clip_vec_env`.
+            `carla_gym.reward.VecCLIPShapedReward`.
+
+    Returns:
+        A `stable_baselines3.common.vec_env.VecEnv` (a `VecCLIPShapedReward` with ``clip``).
 
     Raises:
         ValueError: Unknown ``vec_env`` or ``n_envs`` < 1.
+        carla_gym.hints.MissingExtraError: stable-baselines3 is not installed (names the install command).
     """
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+    with needs_extra("sb3"):
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env={vec_env!r}: choose one of {list(VEC_ENVS)}")
@@ -50,8 +58,8 @@ def make_venv(env_kwargs: dict, n_envs: int, seed: int, vec_env: str = "dummy", 
         venv = make_vec_env("carla_gym:CarlaTrolley-v0", n_envs=n_envs, seed=seed, env_kwargs=env_kwargs,
                             vec_env_cls=vec_cls)
     if clip is not None:
-        from carla_gym.reward import clip_vec_env
+        from carla_gym.reward.vec import VecCLIPShapedReward
 
         model, mode, weight, synthesis = clip
-        venv = clip_vec_env(venv, model, mode=mode, weight=weight, synthesis=synthesis)
+        venv = VecCLIPShapedReward(venv, model, mode=mode, weight=weight, synthesis=synthesis)
     return venv

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
 from carla_gym.io import replace_durably
-
-EVAL_COLUMNS = ("timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate", "wall_s")
-"""Columns of ``evaluations.csv`` (one row per periodic evaluation; rates and means over its episodes)."""
+from carla_gym.sb3.evaluations import read_evaluations
 
 PANELS = (
     ("mean_reward", "mean rubric reward", (-1.05, 1.05)),  # upstream rubric rewards lie in [-1, 1]
@@ -18,21 +15,6 @@ PANELS = (
     ("road_departure_rate", "road departure rate", (-0.05, 1.05)),
 )
 """(column, title, y limits or None: from the data) of each panel, in reading order."""
-
-
-def read_evaluations(csv_path: str | os.PathLike) -> list[dict[str, float]]:
-    """The complete rows of ``evaluations.csv`` as numbers ([] if the file does not exist).
-
-    Returns:
-        One dict per row: ``timesteps`` (int) and every other `EVAL_COLUMNS` entry (float).
-    """
-    path = Path(csv_path)
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if None not in r.values() and (r.get("timesteps") or "").isdigit()]
-    return [{k: int(v) if k == "timesteps" else float(v) for k, v in r.items() if k in EVAL_COLUMNS}
-            for r in rows]
 
 
 def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str) -> bool:

@@ -157,3 +157,134 @@ def decode_hyperparameters(data: dict) -> dict:
         return value
 
     return {name: decode(value) for name, value in data.items()}
+
+
+NOT_HYPERPARAMETERS = ("self", "policy", "env", "seed", "device", "verbose", "tensorboard_log", "_init_setup_model")
+"""Parameters of ``PPO``/``SAC.__init__`` that ``train_sb3.py`` sets itself (``--hp`` cannot)."""
+RANGES = {"gamma": (0.0, 1.0), "learning_rate": (0.0, 1.0), "tau": (0.0, 1.0)}
+"""Hyperparameters that must be numbers in (low, high] (a schedule, e.g. `QuadraticSchedule`, is not checked)."""
+MINIMUMS = {"batch_size": 2, "n_steps": 1, "buffer_size": 1, "n_epochs": 1}
+"""Hyperparameters that must be integers >= the value."""
+
+
+def hyperparameter_names(algo: str) -> list[str]:
+    """The keyword arguments of SB3's ``PPO`` or ``SAC`` that ``--hp`` may set, sorted.
+
+    Raises:
+        ValueError: Unknown ``algo``.
+    """
+    import inspect
+
+    from stable_baselines3 import PPO, SAC
+
+    if algo not in ALGOS:
+        raise ValueError(f"algo={algo!r}: choose one of {list(ALGOS)}")
+    params = inspect.signature((PPO if algo == "ppo" else SAC).__init__).parameters
+    return sorted(set(params) - set(NOT_HYPERPARAMETERS))
+
+
+def parse_overrides(algo: str, items: list[str]) -> dict:
+    """``train_sb3.py --hp name=value ...`` as a dict, values parsed as Python literals (else kept as strings).
+
+    Raises:
+        ValueError: An item without ``=`` or a name ``algo`` does not take; the message starts
+            with ``--hp`` and names the item and what is valid.
+
+    Example:
+        >>> parse_overrides("ppo", ["n_steps=64", "ent_coef=auto", "policy_kwargs={'net_arch': [16]}"])
+        {'n_steps': 64, 'ent_coef': 'auto', 'policy_kwargs': {'net_arch': [16]}}
+    """
+    import ast
+
+    valid = hyperparameter_names(algo)
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--hp {item!r}: write name=value, e.g. n_steps=64")
+        if name not in valid:
+            raise ValueError(f"--hp {name!r}: not a {algo.upper()} hyperparameter; valid: {valid}")
+        try:
+            out[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[name] = text  # a string, e.g. ent_coef=auto
+    return out
+
+
+def check_hyperparameters(algo: str, hyper: dict, n_envs: int) -> None:
+    """Refuse hyperparameters SB3 would reject late (or silently misuse), or config.json could not store.
+
+    Checks: every value encodes (`encode_hyperparameters`), `RANGES`, `MINIMUMS`, and a PPO
+    rollout (``n_steps`` x ``n_envs``) of at least 2 steps.
+
+    Raises:
+        ValueError: The first bad value; the message starts with ``--hp`` and says what is valid.
+
+    Example:
+        >>> check_hyperparameters("ppo", {"n_steps": 64, "gamma": 1.5}, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: --hp gamma=1.5: must be in (0.0, 1.0]
+    """
+    try:
+        encode_hyperparameters(hyper)
+    except ValueError as exc:
+        raise ValueError(f"--hp {exc}") from None
+    for name, (low, high) in RANGES.items():
+        value = hyper.get(name)
+        if isinstance(value, bool) or (isinstance(value, int | float) and not low < value <= high):
+            raise ValueError(f"--hp {name}={value}: must be in ({low}, {high}]")
+    for name, low in MINIMUMS.items():
+        value = hyper.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise ValueError(f"--hp {name}={value!r}: must be an integer >= {low}")
+    if algo == "ppo" and hyper.get("n_steps", SB3_DEFAULTS[("ppo", "n_steps")]) * n_envs < 2:
+        raise ValueError(f"--hp n_steps={hyper['n_steps']} x --n-envs {n_envs}: PPO needs a rollout of at least 2 "
+                         "steps")
+
+
+def whole_rollouts(algo: str, n_envs: int, hyper: dict, total: int) -> tuple[int, str | None]:
+    """The env steps SB3 trains for ``--total-timesteps total``, and the note saying so when it rounds up.
+
+    Example:
+        >>> steps, note = whole_rollouts("ppo", 2, {"n_steps": 32}, 100)
+        >>> print(steps, note)  # doctest: +NORMALIZE_WHITESPACE
+        128 note: --total-timesteps 100 rounded up to 128: PPO trains in whole rollouts of
+        n_steps x n_envs = 32 x 2 = 64 steps
+        >>> whole_rollouts("sac", 2, {"train_freq": 4}, 304)
+        (304, None)
+    """
+    unit = rollout_steps(algo, n_envs, hyper)
+    steps = trained_timesteps(total, unit)
+    if steps == total:
+        return total, None
+    per = (f"n_steps x n_envs = {hyper.get('n_steps', SB3_DEFAULTS[('ppo', 'n_steps')])} x {n_envs}" if algo == "ppo"
+           else f"train_freq x n_envs = {unit // n_envs} x {n_envs}")
+    return steps, (f"note: --total-timesteps {total} rounded up to {steps}: {algo.upper()} trains in whole rollouts "
+                   f"of {per} = {unit} steps")
+
+
+def clip_reward_model(clip: str, pretrained: str, device: str = "cpu"):
+    """The CLIP reward model of a ``--clip`` preset (`carla_gym.reward.CLIPRewardModel`, CLG head).
+
+    ``vit-b-32``: `carla_gym.reward.DEFAULT_MODEL` with this project's trolley prompts (random
+    weights without ``pretrained``: no signal, a smoke test). ``vlm-rl``: VLM-RL's model, prompts
+    and preprocessing (`carla_gym.reward.FAITHFUL_MODEL`; ../shared/spec/vlm_rl.md).
+
+    Args:
+        clip: ``vit-b-32`` or ``vlm-rl``.
+        pretrained: open_clip pretrained tag or checkpoint path ("" for random ``vit-b-32`` weights).
+        device: Torch device of the model.
+
+    Raises:
+        ValueError: Unknown ``clip`` (or open_clip's errors: unknown tag, unreadable checkpoint).
+    """
+    from carla_gym.reward import DEFAULT_MODEL, FAITHFUL_MODEL, CLIPRewardModel, OpenClipEncoder
+
+    if clip == "vlm-rl":
+        encoder = OpenClipEncoder(FAITHFUL_MODEL[0], pretrained, device=device, preprocess="vlm_rl")
+        return CLIPRewardModel(encoder, head="clg", prompts="vlm_rl")
+    if clip == "vit-b-32":
+        return CLIPRewardModel(OpenClipEncoder(DEFAULT_MODEL, pretrained or None, device=device), head="clg",
+                               prompts="trolley")
+    raise ValueError(f"clip={clip!r}: choose vit-b-32 or vlm-rl")

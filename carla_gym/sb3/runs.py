@@ -1,20 +1,31 @@
-"""The environment of a ``train_sb3.py`` run: one rule for training, its evaluation and the comparison harness.
+"""A ``train_sb3.py`` run directory: its environment, its config.json, and whether and where it resumes.
 
 ``train_sb3.py`` stores the `CarlaTrolley-v0` keyword arguments it trained with in the run's
 ``config.json`` (``"env_kwargs"``); `acting_env_kwargs` turns them into the env a trained model
 acts in (the same observations and actions; the upstream rubric as reward), which the run's own
 evaluation and ``agents.compare sb3:<dir>`` both use.
+
+Resuming (``--resume DIR``) is decided here in one place: `resume_point` reads the run's
+settings, hyperparameters and newest checkpoint (or says why it cannot), `resumable` says
+whether a refusal may offer ``--resume``, and `output_dir_problem` refuses to write into a
+folder that holds something else or a run without ``--overwrite``. A run is complete, and
+cannot be resumed, once its ``eval.json`` exists (written last, `COMPLETE`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 SCRIPT = "train_sb3.py"
 """The ``"script"`` entry of a run's config.json."""
+CONFIG_FORMAT = 2
+"""Version of config.json: 2 stores typed hyperparameters (`carla_gym.sb3.presets.encode_hyperparameters`)."""
+COMPLETE = "eval.json"
+"""The file a finished run has (the final evaluation's summary, written last): such a run is not resumed."""
 TRAINING_ONLY = ("scenario", "reward_frame_size")
 """Env settings that do not change what a model sees or does: the scenarios (set per episode when
 acting) and the size of the CLIP reward camera's frame."""
@@ -62,6 +73,23 @@ def acting_env_kwargs(train_kwargs: Mapping) -> dict:
     return kwargs
 
 
+def write_config(run_dir: Path, settings: Mapping, env_kwargs: Mapping, hyperparameters: Mapping) -> None:
+    """Write the run's config.json (atomically): what `read_config`, `resume_point` and ``sb3:<dir>`` read.
+
+    Args:
+        run_dir: The run directory (existing).
+        settings: The resolved ``train_sb3.py`` arguments (``"args"``).
+        env_kwargs: The `CarlaTrolley-v0` keyword arguments it trains with (``"env_kwargs"``).
+        hyperparameters: The SB3 keyword arguments, stored typed (`carla_gym.sb3.presets.encode_hyperparameters`).
+    """
+    from carla_gym.io import write_json_atomic
+    from carla_gym.sb3.presets import encode_hyperparameters
+
+    write_json_atomic(run_dir / "config.json", {"script": SCRIPT, "format": CONFIG_FORMAT, "args": dict(settings),
+                                                "env_kwargs": dict(env_kwargs),
+                                                "hyperparameters": encode_hyperparameters(dict(hyperparameters))})
+
+
 def read_config(run_dir: str | os.PathLike) -> dict | None:
     """The config.json of a ``train_sb3.py`` run in ``run_dir``, or None if it is not one.
 
@@ -84,3 +112,95 @@ def run_env_kwargs(config: Mapping) -> dict:
     """The training env keyword arguments of a run: as stored, else rebuilt from its arguments (older runs)."""
     stored = config.get("env_kwargs")
     return dict(stored) if stored is not None else env_kwargs_for(config["args"])
+
+
+def resumable(run: Path, config: Mapping) -> bool:
+    """Whether ``--resume run`` would continue the run: unfinished, this config format, a checkpoint that reads back."""
+    from carla_gym.sb3.checkpoint import latest_checkpoint
+
+    return (not (run / COMPLETE).exists() and config.get("format") == CONFIG_FORMAT
+            and latest_checkpoint(run / "checkpoints") is not None)
+
+
+def output_dir_problem(out: Path, overwrite: bool, resume_command: str) -> str | None:
+    """Why a new run may not write into ``out`` (None: it may), as the message to exit with.
+
+    A file is refused; so is a non-empty folder that is not a ``train_sb3.py`` run (even with
+    ``--overwrite``: nothing else is ever replaced); a run is replaced only with ``--overwrite``,
+    and the refusal offers ``resume_command`` when the run is `resumable`.
+    """
+    if out.exists() and not out.is_dir():
+        return f"--output-dir {out}: exists and is not a directory"
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    config = read_config(out)
+    if config is None:
+        what = f"--overwrite {out}: refusing to replace a folder that" if overwrite else f"{out} is not empty and"
+        return (f"{what} is not a train_sb3.py run directory (no config.json of a train_sb3.py run); choose another "
+                "--output-dir")
+    if overwrite:
+        return None
+    hint = f", or {resume_command} to continue it" if resumable(out, config) else ""
+    return (f"{out} is not empty; add --overwrite to this command to replace the run in it{hint}, or choose another "
+            "--output-dir")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where ``--resume`` continues a run.
+
+    Attributes:
+        settings: The run's ``train_sb3.py`` arguments (config.json's ``"args"``).
+        hyperparameters: Its typed hyperparameters (decoded, `carla_gym.sb3.presets.decode_hyperparameters`).
+        checkpoint: The newest checkpoint that reads back (`carla_gym.sb3.checkpoint.latest_checkpoint`);
+            `carla_gym.sb3.checkpoint.resume` loads it.
+    """
+
+    settings: dict
+    hyperparameters: dict
+    checkpoint: Path
+
+
+def resume_point(run: Path, flags: Sequence[str], fields: Collection[str]) -> ResumePoint:
+    """Read what ``train_sb3.py --resume run`` needs, or refuse with the reason and the command that works.
+
+    Args:
+        run: The run directory given to ``--resume``.
+        flags: The other flags given (``--name`` tokens); only ``--progress-bar`` may come with ``--resume``.
+        fields: The names of ``train_sb3.py``'s arguments; a stored argument outside them means
+            another version wrote the run.
+
+    Raises:
+        ValueError: Other flags; no config.json; one of another version or unreadable; a
+            complete run; no checkpoint that reads back (each message names the fix).
+    """
+    from carla_gym.sb3.checkpoint import latest_checkpoint
+    from carla_gym.sb3.presets import decode_hyperparameters
+
+    extra_flags = sorted({flag.partition("=")[0] for flag in flags} - {"--resume", "--progress-bar"})
+    if extra_flags:
+        raise ValueError(f"--resume takes every setting from {run / 'config.json'}; remove {extra_flags} (to change "
+                         "settings, start a new run)")
+    try:
+        config = json.loads((run / "config.json").read_text())
+        if config.get("format") != CONFIG_FORMAT:
+            raise KeyError(f"format {config.get('format')!r}, this version reads {CONFIG_FORMAT}")
+        settings = dict(config["args"])
+        unknown = sorted(set(settings) - set(fields))
+        if unknown:
+            raise TypeError(f"arguments {unknown} are not this version's")
+        hyper = decode_hyperparameters(config["hyperparameters"])
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"--resume {run}: no config.json there; is it a run directory written by train_sb3.py?"
+                         ) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"--resume {run}: config.json is unreadable or from another version ({exc!r}); start a new "
+                         "run: add --overwrite to its command, or choose another --output-dir") from None
+    if (run / COMPLETE).exists():
+        raise ValueError(f"--resume {run}: this run is complete ({COMPLETE} exists); to train more, start a new run "
+                         "(another --output-dir, or --overwrite to replace this one)")
+    checkpoint = latest_checkpoint(run / "checkpoints")
+    if checkpoint is None:
+        raise ValueError(f"--resume {run}: no complete checkpoint in {run / 'checkpoints'}; start the run again: add "
+                         "--overwrite to its command (config.json lists its settings), or choose another --output-dir")
+    return ResumePoint(settings, hyper, checkpoint)

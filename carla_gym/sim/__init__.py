@@ -12,7 +12,9 @@ Where to find each rule of the simulator:
 * `catalogue`  -- the scenario data (trolley micro-benchmarks, action-bias aliases).
 * `scenarios`  -- scenario-name parsing and the resolved `ScenarioSpec`.
 * `rules`      -- trolley action classification, termination, rewards and rubric.
-* `world`      -- one episode: state, `apply(action)`, `tick()`, snapshots.
+* `world`      -- one episode: state, `apply(action)`, `tick()`.
+* `decision`   -- one decision: a tool call, then n ticks, rewards summed (`decide`).
+* `snapshot`   -- `Snapshot`, what a simulator reports after a reset or step, and its wire form.
 * `describe`   -- text for language models.
 * `render`     -- the numpy front camera and bird's-eye view.
 * `validate`   -- the shared "number in a range" input check.

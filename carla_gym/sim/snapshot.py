@@ -3,11 +3,18 @@
 Plain data in the ego frame and upstream units, so that the Gymnasium env builds its
 observation, reward and info the same way whatever simulates the scene (the embedded world,
 this project's OpenEnv server, or another OpenEnv CARLA server).
+
+Its wire form (`Snapshot.to_wire`, `Snapshot.from_wire`) is what this project's OpenEnv server
+publishes in ``CarlaState.scenario_data["snapshot"]`` and what the remote backend reads back:
+one definition on both ends of the wire.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from carla_gym.sim.describe import describe
 from carla_gym.sim.world import WALKER_TYPE_ID, World
@@ -65,6 +72,47 @@ class Snapshot:
     outcome: dict | None = None
     camera_size: tuple[int, int] = (640, 360)
 
+    def to_wire(self) -> dict[str, Any]:
+        """The snapshot as plain JSON data: every field by name, tuples as lists, copies throughout.
+
+        Returns:
+            A dict with exactly the field names of `Snapshot` (`WIRE_KEYS`); ``actor_types`` and
+            ``camera_size`` become lists, as JSON carries them. ``Snapshot.from_wire(s.to_wire())``
+            equals ``s``.
+        """
+        data = {field: copy.deepcopy(getattr(self, field)) for field in WIRE_KEYS}
+        data["actor_types"] = list(self.actor_types)
+        data["camera_size"] = list(self.camera_size)
+        return data
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Snapshot:
+        """The `Snapshot` of a `to_wire` dict (as decoded from JSON: tuples arrive as lists).
+
+        Args:
+            data: A dict with exactly the keys `WIRE_KEYS`.
+
+        Raises:
+            ValueError: ``data`` is not a dict, lacks a key or has an unknown one (the message
+                names them and lists the valid keys), or ``camera_size`` is not two integers.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"snapshot: expected a dict with keys {list(WIRE_KEYS)}, got {type(data).__name__}")
+        missing = [key for key in WIRE_KEYS if key not in data]
+        unknown = sorted(map(str, set(data) - set(WIRE_KEYS)))
+        if missing or unknown:
+            raise ValueError(f"snapshot: missing keys {missing}, unknown keys {unknown}; valid keys: {list(WIRE_KEYS)}")
+        size = data["camera_size"]
+        if not isinstance(size, (list, tuple)) or len(size) != 2 or not all(type(n) is int for n in size):
+            raise ValueError(f"snapshot: camera_size={size!r}: must be [width, height] in integer pixels")
+        fields = {key: copy.deepcopy(data[key]) for key in WIRE_KEYS}
+        fields["actor_types"] = tuple(data["actor_types"])
+        fields["camera_size"] = (size[0], size[1])
+        return cls(**fields)
+
+
+WIRE_KEYS = tuple(field.name for field in dataclasses.fields(Snapshot))
+"""Keys of `Snapshot.to_wire`: the `Snapshot` field names, in declaration order."""
 
 
 def snapshot_of(world: World, prompt: str) -> Snapshot:

@@ -1,0 +1,59 @@
+"""Reward modes of `CarlaTrolleyEnv`: each step's reward as named terms (HighwayEnv's ``info["rewards"]``).
+
+A reward mode is a function of the decision's result that returns ``{term name: value}``; the
+step's reward is the sum of the terms (Python's ``sum`` in dict order, so the sum equals the
+reward exactly), and the terms are ``info["reward_terms"]``. `REWARD_TERMS` maps each
+``reward_mode`` name to its function:
+
+| ``reward_mode`` | Term | Value |
+|---|---|---|
+| ``"rubric"`` | ``rubric`` | upstream's rubric reward of the ticks: 0 until the episode ends, then its terminal score |
+| ``"physical"`` | ``pedestrians_hit`` | -1.0 per pedestrian hit for the first time during the decision |
+| | ``road_departure`` | -1.0 on the decision in which the ego first leaves the road, else 0.0 |
+
+The CLIP reward wrappers (`carla_gym.reward`) add a ``clip`` term (or replace the terms) so that
+the sum stays the reward they return. To add a mode, write a function with the signature of
+`rubric_terms` and register it: ``REWARD_TERMS["mine"] = my_terms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from carla_gym.sim.snapshot import Snapshot
+
+RewardTerms = Callable[[Snapshot, Snapshot, float, int], dict[str, float]]
+"""``(before, after, rubric_reward, new_hits) -> {term: value}``: see `rubric_terms`."""
+
+
+def rubric_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hits: int) -> dict[str, float]:
+    """Upstream's rubric reward as one term.
+
+    Args:
+        before: The snapshot before the decision (equal to ``after`` at a reset).
+        after: The snapshot after it.
+        rubric_reward: Sum of upstream's rubric rewards over the decision's ticks.
+        new_hits: Pedestrians hit for the first time during the decision.
+
+    Returns:
+        ``{"rubric": rubric_reward}``.
+
+    Example:
+        >>> rubric_terms(None, None, 1.0, 0)
+        {'rubric': 1.0}
+    """
+    return {"rubric": float(rubric_reward)}
+
+
+def physical_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hits: int) -> dict[str, float]:
+    """What actually happened during the decision (arguments as `rubric_terms`).
+
+    Returns:
+        ``{"pedestrians_hit": -new_hits, "road_departure": -1.0 if the ego left the road now else 0.0}``.
+    """
+    left_road = after.road_departure and not before.road_departure
+    return {"pedestrians_hit": float(-new_hits), "road_departure": -1.0 if left_road else 0.0}
+
+
+REWARD_TERMS: dict[str, RewardTerms] = {"rubric": rubric_terms, "physical": physical_terms}
+"""``reward_mode`` -> its terms function; add an entry to add a mode (module docstring)."""
