@@ -55,7 +55,7 @@ from typing import Literal
 
 from agents.evaluation import EVAL_SEED, play_all, write_summary
 from agents.players import ChatAgent, oracle_agent
-from agents.records import EpisodeLog
+from agents.records import MAX_EPISODES, EpisodeLog
 from carla_gym.cli_args import HelpFormatter, arg, check_minimums, check_url
 from carla_gym.hints import exit_without_extras, python_command, script_command
 from carla_gym.io import discard_set_aside, set_aside, write_json_atomic
@@ -97,7 +97,9 @@ class Args:
     lora_alpha: int = arg(32, "LoRA alpha")
     lora_exclude: str = arg("", "regex of modules without adapters; empty: the vision tower and projector "
                                 "(carla_gym.llm.grpo.VISION_MODULES)")
-    ticks_per_action: int = arg(10, "simulator ticks (0.05 s) per tool call")
+    ticks_per_action: int = dataclasses.field(default=10, metadata={
+        "help": "simulator ticks (0.05 s) per tool call (--ticks-per-tool: its name before issue 13)",
+        "aliases": ["--ticks-per-tool", "--ticks_per_tool"]})
     reward_mode: Literal["rubric", "physical"] = arg(
         "rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for leaving "
                   "the road); the evaluation always reports the rubric")
@@ -120,13 +122,17 @@ def device_defaults() -> dict:
     through TRL's ``gradient_checkpointing`` (transformers' deprecated alias, which TRL overrides),
     so that either flag still sets it.
 
+    On a GPU with bf16 the default stays TRL's (None: bf16 unless ``--fp16 true`` is given), so
+    ``--fp16 true`` alone switches to fp16 there.
+
     Returns:
-        ``{"use_cpu": bool, "bf16": bool, "gradient_checkpointing": bool}``.
+        ``{"use_cpu": bool, "bf16": bool or None, "gradient_checkpointing": bool}``.
     """
     import torch
 
     cuda = torch.cuda.is_available()
-    return {"use_cpu": not cuda, "bf16": cuda and torch.cuda.is_bf16_supported(), "gradient_checkpointing": cuda}
+    bf16 = None if cuda and torch.cuda.is_bf16_supported() else False  # None: TRL's rule, bf16 unless --fp16
+    return {"use_cpu": not cuda, "bf16": bf16, "gradient_checkpointing": cuda}
 
 
 def make_parser():
@@ -222,7 +228,8 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
                     ("--max-completion-length", config.max_completion_length, 16),
                     ("--max-tool-calling-iterations", config.max_tool_calling_iterations or 0, 0)))
     for flag, value, high in (("--image-size", args.image_size, 1024),
-                              ("--ticks-per-action", args.ticks_per_action, 1000)):
+                              ("--ticks-per-action", args.ticks_per_action, 1000),
+                              ("--eval-episodes", args.eval_episodes, MAX_EPISODES)):  # play_all's bound
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
     if config.max_steps == 0 or config.max_steps < -1:

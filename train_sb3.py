@@ -49,7 +49,7 @@ from stable_baselines3.common.callbacks import CallbackList  # noqa: E402
 
 from agents.evaluation import EVAL_SEED, play_all, pooled_row, write_summary  # noqa: E402
 from agents.players import GymAgent, oracle_agent  # noqa: E402
-from agents.records import EpisodeLog  # noqa: E402
+from agents.records import MAX_EPISODES, EpisodeLog  # noqa: E402
 from agents.sb3 import ModelPolicy  # noqa: E402
 from carla_gym.reward.encoder import FAITHFUL_MODEL  # noqa: E402
 from carla_gym.sb3 import presets, runs  # noqa: E402
@@ -155,6 +155,8 @@ def check_args(args: Args, hyper: dict) -> None:
     check_minimums((("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
                     ("--eval-episodes", args.eval_episodes, 1), ("--eval-freq", args.eval_freq, 1),
                     ("--checkpoint-freq", args.checkpoint_freq, 1), ("--keep-checkpoints", args.keep_checkpoints, 1)))
+    if args.eval_episodes > MAX_EPISODES:  # what play_all would refuse only after training
+        sys.exit(f"--eval-episodes {args.eval_episodes}: must be <= {MAX_EPISODES} (env seeds 10000 + episode)")
     exit_without_extras(*(["clip"] if args.clip != "none" else []), *(["server"] if args.backend == "openenv" else []))
     try:
         presets.check_hyperparameters(args.algo, hyper, args.n_envs)
@@ -267,17 +269,21 @@ def main(argv: list[str] | None = None) -> dict:
         trained.close()
         return {"interrupted": True, "timesteps": int(model.num_timesteps)}
 
+    # --- save the model first: a crash or Ctrl-C in the evaluation keeps it ---
+    model.save(out / "model.tmp.zip")
+    replace_durably(out / "model.tmp.zip", out / "model.zip")
+
     # --- evaluate: the policy and the oracle on the same seeds, records to eval.jsonl as they finish ---
     log = EpisodeLog(out / "eval.jsonl")
     log.path.unlink(missing_ok=True)  # an evaluation cut short by a crash is redone
     players = [trained, oracle_agent(eval_kwargs)]
-    records = play_all(players, args.scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
-    for player in players:
-        player.close()
+    try:
+        records = play_all(players, args.scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
+    finally:
+        for player in players:
+            player.close()
 
-    # --- save: the model, then the summary (eval.json marks the run complete) and the learning curve ---
-    model.save(out / "model.tmp.zip")
-    replace_durably(out / "model.tmp.zip", out / "model.zip")
+    # --- the summary (eval.json marks the run complete) and the learning curve ---
     write_summary(records, [trained.name, "oracle"], args.scenario, out, "eval",
                   extra={"algo": args.algo, "train_seconds": round(train_seconds, 1),
                          "total_timesteps": int(model.num_timesteps), "episodes_per_scenario": args.eval_episodes,

@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     scripts = commands()
     if argv[0] not in scripts:
-        sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: {', '.join(['serve', *scripts])}")
+        hint = ("; the comparison harness installs carla-gym-compare: if this is an install of an earlier version, "
+                "install the project again (pip install -e .)" if argv[0] == "compare" else "")
+        sys.exit(f"carla-gym: unknown command {argv[0]!r}; valid: {', '.join(['serve', *scripts])}{hint}")
     # run the console script in this process, as its own command line shows it (usage and hints)
     saved = sys.argv
     sys.argv = [f"carla-gym {argv[0]}", *argv[1:]]

@@ -426,6 +426,9 @@ def test_carla_gym_compare_command_dispatches(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit, match=r"carla-gym: unknown command 'train'; valid: serve, compare"):
         cli.main(["train"])
     assert "carla-gym compare [options] (carla-gym compare --help lists every option)" in cli.usage()
+    monkeypatch.setattr(cli, "commands", dict)  # an install from before carla-gym-compare existed
+    with pytest.raises(SystemExit, match=r"unknown command 'compare'; valid: serve; .* \(pip install -e \.\)$"):
+        cli.main(["compare"])
 
 
 def test_carla_gym_compare_is_a_console_script_of_its_own(tmp_path, monkeypatch, capsys):

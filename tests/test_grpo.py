@@ -550,6 +550,7 @@ def test_ctrl_c_during_evaluation_summarises_the_episodes_played(tmp_path, monke
     (["--dataset-size", "1", "--num-generations", "2", "--per-device-train-batch-size", "4"],
      "--dataset-size 1: one step needs 2 prompts"),
     (["--image-size", "2000"], "--image-size 2000: must be <= 1024"),
+    (["--eval-episodes", "1001"], "--eval-episodes 1001: must be <= 1000"),  # not a traceback after training
     (["--temperature", "0"], "--temperature 0.0: must be > 0"),
     (["--lora-exclude", "(("], "--lora-exclude '((': not a regular expression"),
     (["--env-urls", "http://127.0.0.1:9"], "--env-urls http://127.0.0.1:9: cannot connect"),
@@ -573,6 +574,20 @@ def test_train_grpo_refuses_what_argparse_cannot_read_with_usage(tmp_path, capsy
     assert not (tmp_path / "x").exists()
 
 
+def test_device_defaults_leave_bf16_to_trl_on_a_bf16_gpu_so_fp16_alone_works(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert train_grpo.device_defaults() == {"use_cpu": False, "bf16": None, "gradient_checkpointing": True}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert train_grpo.device_defaults()["bf16"] is False
+    parser = train_grpo.make_parser()  # None reaches GRPOConfig, whose rule is bf16 unless fp16
+    assert {a.dest: a.default for a in parser._actions}["bf16"] is False
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert {a.dest: a.default for a in train_grpo.make_parser()._actions}["bf16"] is None
+
+
 def test_train_grpo_takes_every_grpo_config_flag_with_trl_names_and_the_project_defaults():
     args, config = train_grpo.parse_args(["--model", "tiny-random"])
     assert {name: getattr(config, name) for name in train_grpo.PROJECT_DEFAULTS} == {
@@ -581,6 +596,8 @@ def test_train_grpo_takes_every_grpo_config_flag_with_trl_names_and_the_project_
             config.top_p) == (8, 8, 1.0, 0.0, 1.0)  # TRL's own defaults where this project sets none
     assert (config.use_cpu, config.bf16, config.activation_checkpointing) == (True, False, False)  # no CUDA here
     assert args.model == "tiny-random" and args.reward_mode == "rubric"
+    # the flags of earlier versions keep working (README): --ticks-per-tool was --ticks-per-action's name
+    assert train_grpo.parse_args(["--ticks-per-tool", "5"])[0].ticks_per_action == 5
     flags = {"per-device-train-batch-size": "4", "num-generations": "4", "gradient-accumulation-steps": "2",
              "top-p": "0.9", "activation-checkpointing": "true", "logging-steps": "5"}
     dashed = train_grpo.parse_args([t for k, v in flags.items() for t in (f"--{k}", v)])[1]

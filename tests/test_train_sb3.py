@@ -409,6 +409,27 @@ def test_ctrl_c_in_process_saves_a_clean_checkpoint_and_the_printed_command_fini
     assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 1024
 
 
+def test_a_crash_in_the_final_evaluation_keeps_the_trained_model_and_resume_finishes(tmp_path, monkeypatch):
+    """model.zip is saved before the final evaluation: a crash (or Ctrl-C) there loses no training."""
+    out = tmp_path / "run"
+    play_all = train_sb3.play_all
+
+    def crash_in_the_final_evaluation(players, *args, **kwargs):
+        if len(players) == 2:  # the policy and the oracle: the final evaluation
+            raise Crash
+        return play_all(players, *args, **kwargs)
+
+    args = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(out)]
+    with monkeypatch.context() as patch:
+        patch.setattr(train_sb3, "play_all", crash_in_the_final_evaluation)
+        with pytest.raises(Crash), contextlib.redirect_stdout(io.StringIO()):
+            train_sb3.main(args)
+    assert (out / "model.zip").is_file() and not (out / "eval.json").exists()  # trained, not complete
+    printed = run_main("--resume", str(out))  # evaluates without training again
+    assert "(128 of 128 steps" in printed
+    assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_a_clean_checkpoint_and_resume_finishes(tmp_path):
     """End to end: a real SIGINT to ``python train_sb3.py``; its printed resume command run in a shell's way."""
@@ -505,6 +526,7 @@ def test_shaping_infos_are_logged_as_the_shaped_return_and_clip_similarities():
         (["--vec-env", "ray"], "--vec-env: invalid choice: 'ray'"),
         (["--ticks-per-action", "0"], "ticks_per_action"),
         (["--eval-episodes", "0"], "--eval-episodes"),
+        (["--eval-episodes", "1001"], "--eval-episodes 1001: must be <= 1000"),  # not a traceback after training
         (["--n-envs", "0"], "--n-envs"),
         (["--hp", "batch_size=1"], "batch_size=1"),
         (["--hp", "n_steps=1", "--n-envs", "1"], "at least 2 steps"),
