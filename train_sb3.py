@@ -37,7 +37,7 @@ import gymnasium as gym
 
 import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
 from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
-from carla_gym.hints import exit_without_extras, python_command, typed_path
+from carla_gym.hints import as_flags, exit_without_extras, python_command, script_command, typed_path
 from carla_gym.io import discard_set_aside, replace_durably, set_aside
 from carla_gym.suites import resolve_scenarios
 
@@ -52,12 +52,18 @@ from agents.players import GymAgent, oracle_agent  # noqa: E402
 from agents.records import MAX_EPISODES, EpisodeLog  # noqa: E402
 from agents.sb3 import ModelPolicy  # noqa: E402
 from carla_gym.reward.encoder import FAITHFUL_MODEL  # noqa: E402
+from carla_gym.reward.shaping import check_shaping  # noqa: E402
 from carla_gym.sb3 import presets, runs  # noqa: E402
 from carla_gym.sb3.callbacks import EvaluateEvery, LogShaping, WallClock  # noqa: E402
 from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, replay_buffer_note, resume  # noqa: E402
 from carla_gym.sb3.envs import make_venv  # noqa: E402
 from carla_gym.sb3.evaluations import drop_rows_after  # noqa: E402
 from carla_gym.sb3.plots import plot_learning_curve  # noqa: E402
+
+CLIP_FLAGS = {"pretrained": "--clip-pretrained", "device": "--clip-device", "mode": "--clip-mode",
+              "weight": "--clip-weight", "cache_dir": None, "model_name": None}
+"""Keywords of the CLIP reward model and shaping -> this script's flags, for their errors (`as_flags`); None: the
+flag does not exist (the --clip preset sets the model; weights come from --clip-pretrained or the default cache)."""
 
 
 @dataclass
@@ -140,8 +146,11 @@ def script_path() -> str:
     return typed_path(__file__)
 
 
-def check_args(args: Args, hyper: dict) -> None:
-    """Exit with a message naming the bad flag before anything is written (choices: argparse, `Args`)."""
+def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
+    """Exit with a message naming the bad flag before anything is written (choices: argparse, `Args`).
+
+    ``argv`` is the command line, which a refusal of a non-empty ``--output-dir`` repeats with ``--overwrite``.
+    """
     if args.algo == "sac" and args.action_mode != "control":
         sys.exit("--algo sac needs continuous actions: use --action-mode control (or auto); the tool actions are "
                  "Discrete(4), which SAC cannot drive")
@@ -158,6 +167,11 @@ def check_args(args: Args, hyper: dict) -> None:
     if args.eval_episodes > MAX_EPISODES:  # what play_all would refuse only after training
         sys.exit(f"--eval-episodes {args.eval_episodes}: must be <= {MAX_EPISODES} (env seeds 10000 + episode)")
     exit_without_extras(*(["clip"] if args.clip != "none" else []), *(["server"] if args.backend == "openenv" else []))
+    if args.clip != "none":
+        try:  # the rules of the shaping wrapper, before the CLIP model loads (presets use the CLG head)
+            check_shaping(args.clip_mode, clip_weight(args), args.clip == "vlm-rl", "clg")
+        except ValueError as exc:
+            sys.exit(f"--clip {args.clip}: {as_flags(exc, CLIP_FLAGS)}")
     try:
         presets.check_hyperparameters(args.algo, hyper, args.n_envs)
     except ValueError as exc:
@@ -170,9 +184,15 @@ def check_args(args: Args, hyper: dict) -> None:
         check_url(url)
     if not args.resume:
         problem = runs.output_dir_problem(Path(args.output_dir), args.overwrite,
-                                     python_command(script_path(), "--resume", args.output_dir))
+                                          script_command(__file__, *argv, "--overwrite"),
+                                          script_command(__file__, "--resume", args.output_dir))
         if problem:
             sys.exit(problem)
+
+
+def clip_weight(args: Args) -> float:
+    """The weight of the CLIP reward: ``--clip-weight`` in add mode; 1 in replace mode (the CLIP reward as is)."""
+    return args.clip_weight if args.clip_mode == "add" else 1.0
 
 
 def clip_shaping(args: Args) -> tuple | None:
@@ -182,11 +202,11 @@ def clip_shaping(args: Args) -> tuple | None:
     try:
         model = presets.clip_reward_model(args.clip, args.clip_pretrained, args.clip_device)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        sys.exit(f"--clip {args.clip}: {exc}")
+        sys.exit(f"--clip {args.clip}: {as_flags(exc, CLIP_FLAGS)}")
     if args.clip == "vit-b-32" and not args.clip_pretrained:
         print("note: --clip vit-b-32 without --clip-pretrained uses random weights: the CLIP reward carries no "
               "signal (a smoke test of the pipeline)", flush=True)
-    return model, args.clip_mode, args.clip_weight if args.clip_mode == "add" else 1.0, args.clip == "vlm-rl"
+    return model, args.clip_mode, clip_weight(args), args.clip == "vlm-rl"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -207,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
             hyper = {**presets.hyperparameters(args.preset, args.algo), **presets.parse_overrides(args.algo, args.hp)}
     except ValueError as exc:
         sys.exit(str(exc))
-    check_args(args, hyper)
+    check_args(args, hyper, argv)
     out = Path(args.output_dir)
     if point is None:  # SB3 trains in whole rollouts: say how many steps that makes before anything else
         steps, note = presets.whole_rollouts(args.algo, args.n_envs, hyper, args.total_timesteps)

@@ -3,7 +3,9 @@
 One definition of: which modules each extra of ``pyproject.toml`` provides (`EXTRA_MODULES`), the
 command that installs an extra (`install_command`), the error a missing extra raises
 (`MissingExtraError`, a Gymnasium ``DependencyNotInstalled`` and an ``ImportError``), and how a
-command line runs this interpreter (`python_command`) or a script (`script_command`).
+command line runs this interpreter (`python_command`) or a script (`script_command`); and how
+library errors name arguments, so that a command line can name its own flags instead
+(`worded`, `as_flags`, `Naming`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import importlib.util
 import shlex
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from gymnasium.error import DependencyNotInstalled
 
@@ -33,6 +37,7 @@ EXTRA_MODULES = {
 tests/test_hints.py checks that each belongs to a requirement of its extra)."""
 
 _OWN_PACKAGES = ("carla_gym", "agents")
+_E = TypeVar("_E", bound=BaseException)
 
 
 class MissingExtraError(DependencyNotInstalled, ModuleNotFoundError):
@@ -177,3 +182,90 @@ def needs_extra(extra: str) -> Iterator[None]:
         if isinstance(exc, MissingExtraError) or (exc.name or "").split(".")[0] in _OWN_PACKAGES:
             raise
         raise MissingExtraError(missing_extra_message(extra, str(exc)), name=exc.name) from exc
+
+
+_NO_VALUE = object()
+
+
+@dataclass(frozen=True)
+class Naming:
+    """How an error message names the arguments of a call: as its Python keywords, or as a command line's flags.
+
+    A library error built with `worded` names each argument through a `Naming`: ``Naming()`` (its
+    message) writes ``device='cuda'``; a command line that catches the error re-words it with its
+    own flags (`as_flags`), e.g. ``--clip-device cuda``.
+
+    Args:
+        flags: None: Python keywords. Else each keyword's flag; a keyword mapped to None (or
+            absent) is one the command line does not offer (`offers` is False; it is still
+            written as a keyword if a message names it).
+
+    Example:
+        >>> Naming()("device", "cuda"), Naming({"device": "--clip-device"})("device", "cuda")
+        ("device='cuda'", '--clip-device cuda')
+        >>> Naming()("pretrained", metavar="FILE"), Naming({"pretrained": "--pretrained"})("pretrained", metavar="FILE")
+        ('pretrained=...', '--pretrained FILE')
+    """
+
+    flags: Mapping[str, str | None] | None = None
+
+    def offers(self, keyword: str) -> bool:
+        """Whether the caller can set ``keyword`` (always for Python callers)."""
+        return self.flags is None or self.flags.get(keyword) is not None
+
+    def __call__(self, keyword: str, value: object = _NO_VALUE, metavar: str = "...") -> str:
+        """``keyword=value!r`` or ``--flag value``; without ``value``: ``keyword=...`` or ``--flag METAVAR``.
+
+        Without ``value`` and with an empty ``metavar``: the bare keyword or flag.
+        """
+        flag = None if self.flags is None else self.flags.get(keyword)
+        if flag is None:
+            if value is _NO_VALUE:
+                return f"{keyword}=..." if metavar else keyword
+            return f"{keyword}={value!r}"
+        if value is _NO_VALUE:
+            return f"{flag} {metavar}" if metavar else flag
+        return shlex.join([flag, str(value)])
+
+
+def worded(kind: type[_E], words: Callable[[Naming], str]) -> _E:
+    """An exception of type ``kind`` whose message names arguments through a `Naming`, so `as_flags` can re-word it.
+
+    Args:
+        kind: The exception class (e.g. ValueError); it is raised as usual.
+        words: The message given a `Naming`; the exception's own message is ``words(Naming())``.
+    """
+    exc = kind(words(Naming()))
+    exc.words = words
+    return exc
+
+
+def as_flags(exc: BaseException, flags: Mapping[str, str | None]) -> str:
+    """The message of ``exc`` naming a command line's ``flags`` instead of keywords (`worded` errors; others as is).
+
+    Args:
+        exc: The caught exception.
+        flags: Python keyword -> the command line's flag, or None where it has none (`Naming`).
+    """
+    words = getattr(exc, "words", None)
+    return words(Naming(flags)) if callable(words) else str(exc)
+
+
+def missing_name(module: str, name: str, renamed: Mapping[str, str]) -> ImportError | AttributeError:
+    """The error a module's ``__getattr__`` raises for a name it lacks; a renamed name's says what replaced it.
+
+    Args:
+        module: The module's ``__name__``.
+        name: The name looked up.
+        renamed: Old name -> what to use instead (a sentence naming the new name).
+
+    Returns:
+        For a renamed name: an ImportError saying what to use instead (Python would turn an
+        AttributeError in ``from module import name`` into a bare "cannot import name"; so
+        ``getattr(module, old, default)`` and ``hasattr`` raise it too, which only code written
+        for the old name does). Other names: the usual AttributeError.
+    """
+    if name not in renamed:
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    message = f"{module}.{name} was renamed: {renamed[name]}"
+    return ImportError(message, name=module)

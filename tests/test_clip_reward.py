@@ -596,11 +596,15 @@ def test_preprocess_from_a_real_tag_of_vit_b32():
     assert enc._mean.flatten().tolist() == pytest.approx([0.48145466, 0.4578275, 0.40821073])  # OpenAI's statistics
 
 
-OFFLINE_ADVICE = ("pass cache_dir=... (--cache-dir) or the file path as pretrained=...", "HF_HUB_OFFLINE=1")
-"""Parts of the error message for a pretrained tag whose weights are neither cached nor downloadable."""
+OFFLINE_ADVICE = ("model = open_clip.create_model('ViT-B-32', pretrained='laion2b_s34b_b79k'); "
+                  "torch.save(model.state_dict(), 'ViT-B-32.pt'); copy the file here and pass the file's path as "
+                  "pretrained=..., or copy that machine's open_clip cache folder here and pass it as cache_dir=...")
+"""The library's advice for a pretrained tag whose weights are neither cached nor downloadable (keywords, no flags)."""
+SET_OFFLINE = "Offline, set HF_HUB_OFFLINE=1 to fail at once instead of retrying the download"
 
 
-def test_pretrained_tag_that_cannot_be_downloaded_says_what_to_do(tmp_path, monkeypatch):
+def offline_open_clip(monkeypatch) -> list:
+    """Make open_clip.create_model fail as a download does without a connection; returns its calls."""
     import open_clip
 
     calls = []
@@ -610,13 +614,25 @@ def test_pretrained_tag_that_cannot_be_downloaded_says_what_to_do(tmp_path, monk
         raise RuntimeError(f"Failed to download weights for tag {pretrained!r}: no connection")
 
     monkeypatch.setattr(open_clip, "create_model", offline)
+    return calls
+
+
+@pytest.mark.parametrize("hub_offline", ["", "1", "true"])
+def test_pretrained_tag_that_cannot_be_downloaded_says_what_to_do(tmp_path, monkeypatch, hub_offline):
+    calls = offline_open_clip(monkeypatch)
+    monkeypatch.setenv("HF_HUB_OFFLINE", hub_offline)
     with pytest.raises(RuntimeError) as err:
         OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k", cache_dir=str(tmp_path))
     assert calls == [("ViT-B-32", "laion2b_s34b_b79k", str(tmp_path))]
-    assert str(err.value).startswith("could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k': they are "
-                                     "not in the local cache and the download failed (RuntimeError: Failed to "
-                                     "download weights for tag 'laion2b_s34b_b79k': no connection)")
-    assert all(part in str(err.value) for part in OFFLINE_ADVICE)
+    why = "HF_HUB_OFFLINE is set, so nothing is downloaded" if hub_offline else "the download failed"
+    message = str(err.value)
+    assert message.startswith(f"could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k': they are not in "
+                              f"the local cache and {why} (RuntimeError: Failed to download weights for tag "
+                              "'laion2b_s34b_b79k': no connection). On a machine with internet, load them once and "
+                              "save them to a file: "), message
+    assert OFFLINE_ADVICE in message
+    assert message.endswith(SET_OFFLINE) != bool(hub_offline)  # suggested only where it is not set yet
+    assert "--" not in message  # the library names no command line's flags; each command line names its own
     assert isinstance(err.value.__cause__, RuntimeError)
 
 
@@ -632,8 +648,65 @@ def test_pretrained_tag_offline_says_what_to_do(tmp_path):
             "    print('ERR', exc)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert "ERR could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'" in out.stdout, out.stderr[-2000:]
-    assert all(part in out.stdout for part in OFFLINE_ADVICE)
+    assert ("ERR could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k': they are not in the local cache "
+            "and HF_HUB_OFFLINE is set, so nothing is downloaded") in out.stdout, out.stderr[-2000:]
+    assert OFFLINE_ADVICE in out.stdout and "HF_HUB_OFFLINE=1" not in out.stdout  # it is set already
+
+
+def test_calibration_errors_name_its_flags(tmp_path, tiny_clip, monkeypatch):
+    import torch
+
+    never = str(tmp_path / "never")
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+
+    def refusal(*argv: str) -> str:
+        with pytest.raises(SystemExit) as caught:
+            calibrate(["--out", never, *argv])
+        return str(caught.value.code)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.cuda, "is_available", lambda: False)
+        assert refusal("--model", TINY_CLIP, "--device", "cuda") == (
+            "error: --device cuda: torch sees no CUDA GPU here; use --device cpu")
+    assert refusal("--model", TINY_CLIP, "--device", "gpu").startswith("error: --device gpu: not a torch device (")
+    assert refusal("--model", "ViT-B-33").startswith("error: --model ViT-B-33 is not an open_clip model; close matches")
+    missing = str(tmp_path / "missing.pt")
+    assert refusal("--model", TINY_CLIP, "--pretrained", missing) == (
+        f"error: --pretrained {missing}: no such checkpoint file")
+    wrong = refusal("--model", TINY_CLIP, "--pretrained", str(garbage))
+    assert "must hold the weights (state_dict)" in wrong and "; choose the --model the weights belong to" in wrong
+    with monkeypatch.context() as patch:
+        offline_open_clip(patch)
+        patch.delenv("HF_HUB_OFFLINE", raising=False)
+        offline = refusal("--pretrained", "laion2b_s34b_b79k")
+    assert offline.startswith("error: could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'")
+    assert offline.endswith("copy the file here and pass the file's path as --pretrained FILE, or copy that "
+                            "machine's open_clip cache folder here and pass it as --cache-dir DIR. " + SET_OFFLINE)
+    for message in (wrong, offline):  # the flags, not the Python keywords of OpenClipEncoder
+        assert "pretrained=..." not in message and "cache_dir" not in message and "model_name" not in message
+    assert not Path(never).exists()
+
+
+def test_renamed_wrappers_say_their_new_names():
+    import carla_gym.reward
+    import carla_gym.reward.wrappers
+
+    with pytest.raises(ImportError, match=r"^carla_gym\.reward\.CLIPRewardWrapper was renamed: use CLIPShapedReward"):
+        from carla_gym.reward import CLIPRewardWrapper  # noqa: F401
+    renamed = (("CLIPRewardWrapper", "use CLIPShapedReward"), ("clip_vec_env", "use the class VecCLIPShapedReward"))
+    for module in ("carla_gym.reward", "carla_gym.reward.wrappers"):
+        for old, new in renamed:
+            with pytest.raises(ImportError, match=rf"^{module}\.{old} was renamed: {new} \(from carla_gym\.reward "):
+                exec(f"from {module} import {old}", {})
+            with pytest.raises(ImportError, match=rf"^{module}\.{old} was renamed: {new} "):
+                getattr(sys.modules[module], old)  # only code written for the old name looks it up
+    assert getattr(carla_gym.reward, "nothing", None) is None
+    with pytest.raises(ImportError, match="cannot import name 'nothing'"):
+        exec("from carla_gym.reward import nothing", {})
+    from carla_gym.reward import VecCLIPShapedReward, vec  # the lazy name and submodules still import
+
+    assert vec.VecCLIPShapedReward is VecCLIPShapedReward
 
 
 PPO_EPISODES = ([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 0],

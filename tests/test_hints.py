@@ -341,6 +341,33 @@ def test_train_grpo_non_empty_output_hints_overwrite_only_for_its_own_runs(tmp_p
     assert "--overwrite" not in text and "is not a train_grpo.py run directory" in text
 
 
+# -- train_sb3.py --------------------------------------------------------------------------------------
+
+def test_train_sb3_non_empty_output_hints_the_full_command_with_overwrite(tmp_path, monkeypatch):
+    import train_sb3
+    from carla_gym.sb3 import runs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    runs.write_config(tmp_path / "r", {"algo": "ppo", "policy": "MlpPolicy"}, {}, {})  # a run without checkpoints
+    argv = ["--total-timesteps", "64", "--n-envs", "2", "--hp", "n_steps=32", "policy_kwargs={'net_arch': [8]}",
+            "--output-dir", "r"]
+    with pytest.raises(SystemExit) as info:
+        train_sb3.main(argv)
+    text = str(info.value.code)
+    assert text.startswith("r is not empty; replace the run in it with: ") and text.endswith(
+        "; or choose another --output-dir") and "--resume" not in text, text
+    tokens = shlex.split(text.split("replace the run in it with: ")[1].split("; or choose")[0])
+    python = shutil.which("python") if tokens[0] == "python" else tokens[0]
+    assert Path(python).absolute() == Path(sys.executable).absolute()
+    assert (tmp_path / tokens[1]).resolve() == REPO / "train_sb3.py" and tokens[2:] == [*argv, "--overwrite"]
+    args = train_sb3.resolve(train_sb3.parse_args(tokens[2:]))  # the hinted command passes every check
+    hyper = {**train_sb3.presets.hyperparameters(args.preset, args.algo),
+             **train_sb3.presets.parse_overrides(args.algo, args.hp)}
+    train_sb3.check_args(args, hyper, tokens[2:])
+    assert args.overwrite and hyper["policy_kwargs"] == {"net_arch": [8]} and args.output_dir == "r"
+
+
 # -- --env-urls: the server command a refused URL names ---------------------------------------------
 
 def test_a_refused_server_url_names_a_serve_command_that_binds_that_port(monkeypatch):

@@ -86,6 +86,7 @@ TINY_QWEN3 = (
 
 PYTHON_BLOCKS = {
     "Quick start / python 1": PyRun(),
+    "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
     "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
     "CLIP reward shaping (VLM-RL) / python 1": PyRun(
@@ -183,8 +184,13 @@ def _python_block_params() -> list:
 
 
 @pytest.mark.parametrize(("key", "fast"), _python_block_params())
-def test_python_block(key, fast, tmp_path, monkeypatch):
+def test_python_block(key, fast, tmp_path, monkeypatch, request):
+    from carla_gym import envs
+
     monkeypatch.chdir(tmp_path)  # blocks write run directories and files relative to the working directory
+    for registry in (envs.OBSERVATION_TYPES, envs.ACTION_TYPES, envs.REWARD_TERMS):  # modes a block adds go after it
+        saved = dict(registry)
+        request.addfinalizer(lambda registry=registry, saved=saved: (registry.clear(), registry.update(saved)))
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's notice that environment_factory is experimental
     block = next(b for b in BLOCKS if b.key == key)
     namespace = run_python_block(block, PYTHON_BLOCKS[key], fast=fast)

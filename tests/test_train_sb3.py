@@ -98,7 +98,15 @@ def follow(hint: str, cwd: Path = REPO) -> str:
 
 def resume_hint(message: str) -> str:
     """The resume command a refusal offers."""
-    return re.search(r", or (.+ --resume \S+) to continue it", message).group(1)
+    return re.search(r"; or continue it with: (.+ --resume \S+); or choose", message).group(1)
+
+
+def overwrite_hint(message: str, argv: list[str]) -> str:
+    """The command a refusal of a non-empty --output-dir offers to replace the run: ``argv`` and ``--overwrite``."""
+    hint = re.search(r" is not empty; replace the run in it with: (.+?)(; or continue it with: .+)?; or choose another "
+                     r"--output-dir$", message).group(1)
+    assert shlex.split(hint)[2:] == [*argv, "--overwrite"], hint  # the command given, in full
+    return hint
 
 
 def params(path: Path):
@@ -234,9 +242,8 @@ def test_a_run_is_never_overwritten_silently_and_the_hint_replaces_it(ppo_run, t
     shutil.copytree(ppo_run[0], out)
     command = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(out)]
     message = refusal(*command)
-    assert (out / "model.zip").exists() and "add --overwrite to this command" in message
-    assert "--resume" not in message  # a complete run cannot be resumed, so the refusal offers --overwrite only
-    run_main(*command, "--overwrite")  # following the hint works
+    assert (out / "model.zip").exists() and "--resume" not in message  # complete: the refusal offers --overwrite only
+    follow(overwrite_hint(message, command))  # following the hint works
     assert json.loads((out / "config.json").read_text())["args"]["reward_mode"] == "rubric"
     assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
     assert not (tmp_path / "run.replaced").exists()
@@ -280,7 +287,7 @@ def test_resume_after_a_crash_matches_the_uninterrupted_run(request, tmp_path, a
                 "2 checkpoints kept)") in stdout
     # rerunning the command refuses and offers to resume; following that hint finishes the run
     message = refusal(*args, "--output-dir", str(crashed))
-    assert "add --overwrite to this command" in message
+    overwrite_hint(message, [*args, "--output-dir", str(crashed)])  # or replace it (followed in the test above)
     resumed = follow(resume_hint(message))
     assert f"resuming {crashed} from step_{resumed_from} ({resumed_from} of {total} steps)" in resumed
     assert same_params(crashed / "model.zip", full / "model.zip")
@@ -333,8 +340,8 @@ def test_resume_falls_back_past_an_unreadable_checkpoint_and_an_empty_evaluation
             (again / "config.json").write_text(json.dumps({**config, "format": 1}))
         command = [*TINY_PPO, "--total-timesteps", "128", "--output-dir", str(again)]
         message = refusal(*command)
-        assert "add --overwrite to this command" in message and "--resume" not in message, message
-        run_main(*command, "--overwrite")  # following the hint works
+        assert "--resume" not in message, message
+        follow(overwrite_hint(message, command))  # following the hint works
         assert json.loads((again / "eval.json").read_text())["total_timesteps"] == 128
     assert "this run is complete" in refusal("--resume", str(tmp_path / "checkpoint"))
 
@@ -350,7 +357,7 @@ def test_a_folder_that_is_not_a_train_sb3_run_is_never_offered_overwrite(tmp_pat
         for extra in ([], ["--overwrite"]):
             message = refusal("--output-dir", str(folder), *extra)
             assert "is not a train_sb3.py run directory" in message, message
-            assert "add --overwrite" not in message and "--resume" not in message
+            assert "replace the run" not in message and "--resume" not in message
     assert (notes / "precious.txt").read_text() == "keep me" and sorted(p.name for p in grpo.iterdir()) == [
         "config.json"]
 
@@ -555,6 +562,34 @@ def test_bad_arguments_are_refused_before_writing(tmp_path, args, message):
     got = refusal(*args, "--output-dir", str(out))
     assert message in got, got
     assert not out.exists()  # nothing written, so a corrected run needs no --overwrite
+
+
+@pytest.mark.parametrize("hub_offline", ["", "1"])
+def test_clip_errors_name_this_scripts_flags(tmp_path, monkeypatch, hub_offline):
+    import open_clip
+    import torch
+
+    def offline(name, pretrained=None, cache_dir=None, **kwargs):  # open_clip without a connection
+        raise RuntimeError(f"Failed to download weights for tag {pretrained!r}: no connection")
+
+    monkeypatch.setattr(open_clip, "create_model", offline)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", hub_offline)
+    out = str(tmp_path / "run")
+    message = refusal("--clip", "vit-b-32", "--clip-pretrained", "laion2b_s34b_b79k", "--output-dir", out)
+    assert message.startswith("--clip vit-b-32: could not load the 'ViT-B-32' weights tagged 'laion2b_s34b_b79k'")
+    assert "copy the file here and pass the file's path as --clip-pretrained FILE" in message, message
+    assert "--cache-dir" not in message and "cache_dir" not in message and "pretrained=..." not in message
+    assert " --pretrained" not in message  # calibrate's flags, not this script's
+    assert ("set HF_HUB_OFFLINE=1" in message) == (not hub_offline)  # suggested only where it is not set
+    missing = str(tmp_path / "missing.pt")
+    for argv, expected in (
+            (["--clip-device", "cuda"], "--clip vit-b-32: --clip-device cuda: torch sees no CUDA GPU here; use "
+                                        "--clip-device cpu"),
+            (["--clip-pretrained", missing], f"--clip vit-b-32: --clip-pretrained {missing}: no such checkpoint file"),
+            (["--clip-weight", "nan"], "--clip vit-b-32: --clip-weight nan: must be a finite number")):
+        assert refusal("--clip", "vit-b-32", *argv, "--output-dir", out) == expected
+    assert not (tmp_path / "run").exists()
 
 
 def test_choices_come_from_literal_annotations_and_a_default_outside_them_is_a_bug():

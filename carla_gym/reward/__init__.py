@@ -19,14 +19,19 @@ __all__ = ["CLIPRewardModel", "CLIPShapedReward", "DEFAULT_MODEL", "FAITHFUL_MOD
 
 
 def __getattr__(name: str):
-    """`VecCLIPShapedReward` on first use (it imports stable-baselines3).
+    """`VecCLIPShapedReward` on first use (it imports stable-baselines3); the renamed names say their new ones.
 
     Raises:
         carla_gym.hints.MissingExtraError: stable-baselines3 is not installed (names the install command).
+        ImportError: ``CLIPRewardWrapper`` or ``clip_vec_env`` (renamed, `carla_gym.reward.wrappers.RENAMED`):
+            the message names the new name.
         AttributeError: Any other unknown name.
     """
     if name == "VecCLIPShapedReward":
         from carla_gym.reward.vec import VecCLIPShapedReward
 
         return VecCLIPShapedReward
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from carla_gym.hints import missing_name
+    from carla_gym.reward.wrappers import RENAMED
+
+    raise missing_name(__name__, name, RENAMED)

@@ -29,11 +29,14 @@ import numpy as np
 
 from carla_gym.cli_args import arg, parser_for
 from carla_gym.envs.spaces import TOOL_ACTIONS, TOOL_INDEX
-from carla_gym.hints import exit_without_extras
+from carla_gym.hints import as_flags, exit_without_extras
 from carla_gym.io import write_csv_atomic, write_json_atomic
 
 POLICIES = TOOL_ACTIONS
 """Fixed policies by their first tool: the env's tools (`carla_gym.envs.spaces.TOOL_ACTIONS`)."""
+FLAGS = {"model_name": "--model", "pretrained": "--pretrained", "cache_dir": "--cache-dir", "device": "--device",
+         "preprocess": "--preprocess", "batch_size": "--batch-size", "prompts": "--prompts"}
+"""`OpenClipEncoder` and `CLIPRewardModel` keywords -> this command's flags (its errors name the flags, `as_flags`)."""
 DEFAULT_SCENARIOS = ["trolley_micro_escape_exists", "trolley_micro_classic_3v1", "trolley_saves", "bias_3v1"]
 
 
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = CLIPRewardModel(encoder, head="clg", prompts=args.prompts)
         frames, records = collect_frames(args)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        sys.exit(f"error: {exc}")
+        sys.exit(f"error: {as_flags(exc, FLAGS)}")
     scores = model.score(frames)
     out.mkdir(parents=True, exist_ok=True)
     pos, neg = scores.similarities["pos"], scores.similarities["neg"]

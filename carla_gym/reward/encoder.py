@@ -79,6 +79,33 @@ def as_nchw(images) -> np.ndarray:
     raise ValueError(f"images of shape {given}: expected RGB frames (N, H, W, 3) or (N, 3, H, W)")
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set to a true value (Hugging Face's: 1, ON, YES, TRUE; any case)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def weights_unavailable(model_name: str, pretrained: str, problem: str, n) -> str:
+    """The message for a pretrained tag whose weights are neither cached nor downloadable, and how to get them here.
+
+    Args:
+        model_name: The open_clip model.
+        pretrained: Its pretrained tag.
+        problem: What open_clip raised (``"Type: message"``).
+        n: A `carla_gym.hints.Naming`: how the caller sets ``pretrained`` (a file path) and, if it
+            offers one, ``cache_dir`` (a cache folder).
+    """
+    offline = hub_offline()
+    routes = f"pass the file's path as {n('pretrained', metavar='FILE')}"
+    if n.offers("cache_dir"):
+        routes += f", or copy that machine's open_clip cache folder here and pass it as {n('cache_dir', metavar='DIR')}"
+    return (f"could not load the {model_name!r} weights tagged {pretrained!r}: they are not in the local cache and "
+            + ("HF_HUB_OFFLINE is set, so nothing is downloaded" if offline else "the download failed")
+            + f" ({problem}). On a machine with internet, load them once and save them to a file: model = "
+            f"open_clip.create_model({model_name!r}, pretrained={pretrained!r}); torch.save(model.state_dict(), "
+            f"'{model_name}.pt'); copy the file here and {routes}"
+            + ("" if offline else ". Offline, set HF_HUB_OFFLINE=1 to fail at once instead of retrying the download"))
+
+
 class OpenClipEncoder:
     """An open_clip model as a reward encoder.
 
@@ -108,7 +135,7 @@ class OpenClipEncoder:
     def __init__(self, model_name: str = DEFAULT_MODEL, pretrained: str | os.PathLike | None = None,
                  device: str = "cpu", precision: str = "auto", preprocess: str = "openclip", batch_size: int = 64,
                  cache_dir: str | None = None, preprocess_from: str | None = None, seed: int = 0) -> None:
-        from carla_gym.hints import needs_extra
+        from carla_gym.hints import needs_extra, worded
 
         with needs_extra("clip"):
             import open_clip
@@ -117,16 +144,21 @@ class OpenClipEncoder:
         models = open_clip.list_models()
         if model_name not in models:
             close = difflib.get_close_matches(model_name, models, n=5)
-            raise ValueError(f"model_name={model_name!r} is not an open_clip model; close matches: {close} "
-                             "(open_clip.list_models() lists all)")
+            raise worded(ValueError, lambda n: f"{n('model_name', model_name)} is not an open_clip model; close "
+                         f"matches: {close} (open_clip.list_models() lists all)")
         for key, value, valid in (("precision", precision, PRECISIONS), ("preprocess", preprocess, PREPROCESS_MODES)):
             if value not in valid:
                 raise ValueError(f"{key}={value!r}: choose one of {list(valid)}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r}: must be an integer >= 1")
-        self.device = torch.device(device)
+        try:
+            self.device = torch.device(device)
+        except RuntimeError as exc:  # torch: "Expected one of cpu, cuda, ... device type at start of ..."
+            problem = str(exc)
+            raise worded(ValueError, lambda n: f"{n('device', device)}: not a torch device ({problem})") from None
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device={device!r}: torch sees no CUDA GPU here; use device='cpu'")
+            raise worded(ValueError, lambda n: f"{n('device', device)}: torch sees no CUDA GPU here; use "
+                                               f"{n('device', 'cpu')}")
         self.model_name, self.batch_size, self.preprocess = model_name, batch_size, preprocess
         self.pretrained = None if pretrained is None else str(pretrained)
         if preprocess_from is not None and preprocess_from not in open_clip.list_pretrained_tags_by_model(model_name):
@@ -158,6 +190,8 @@ class OpenClipEncoder:
 
     @staticmethod
     def _create(open_clip, model_name: str, pretrained: str | None, cache_dir: str | None):
+        from carla_gym.hints import worded
+
         if pretrained is None:
             import logging
 
@@ -176,27 +210,24 @@ class OpenClipEncoder:
         if pretrained not in tags:
             if not Path(pretrained).is_file():
                 if looks_like_path:
-                    raise FileNotFoundError(f"pretrained={pretrained!r}: no such checkpoint file")
-                raise ValueError(f"pretrained={pretrained!r} is neither a pretrained tag of {model_name!r} (valid: "
-                                 f"{tags}) nor an existing checkpoint file")
+                    raise worded(FileNotFoundError, lambda n: f"{n('pretrained', pretrained)}: no such checkpoint file")
+                raise worded(ValueError, lambda n: f"{n('pretrained', pretrained)} is neither a pretrained tag of "
+                                                   f"{model_name!r} (valid: {tags}) nor an existing checkpoint file")
             try:
                 return open_clip.create_model(model_name, pretrained=pretrained)
             except Exception as exc:  # noqa: BLE001 - a wrong file gets one clear message
-                raise RuntimeError(
-                    f"could not load {pretrained!r} into open_clip {model_name!r}: {type(exc).__name__}: "
-                    f"{str(exc)[:400]}. The file must hold the weights (state_dict) of an open_clip {model_name} "
-                    "model: torch.save(model.state_dict(), path), or a checkpoint open_clip downloaded; choose the "
-                    "model_name the weights belong to (e.g. ViT-B-32-quickgelu for OpenAI's)") from exc
+                problem = f"{type(exc).__name__}: {str(exc)[:400]}"
+                raise worded(RuntimeError, lambda n: (
+                    f"could not load {pretrained!r} into open_clip {model_name!r}: {problem}. The file must hold the "
+                    f"weights (state_dict) of an open_clip {model_name} model: torch.save(model.state_dict(), path), "
+                    "or a checkpoint open_clip downloaded" + (
+                        f"; choose the {n('model_name', metavar='')} the weights belong to (e.g. ViT-B-32-quickgelu "
+                        "for OpenAI's)" if n.offers("model_name") else ""))) from exc
         try:
             return open_clip.create_model(model_name, pretrained=pretrained, cache_dir=cache_dir)
         except Exception as exc:  # noqa: BLE001 - any download failure gets the same advice
-            raise RuntimeError(
-                f"could not load the {model_name!r} weights tagged {pretrained!r}: they are not in the local cache "
-                f"and the download failed ({type(exc).__name__}: {exc}). On a machine with internet, run "
-                f"open_clip.create_model({model_name!r}, pretrained={pretrained!r}) once to fill the cache (or save "
-                "its state_dict to a file and copy it here), then pass cache_dir=... (--cache-dir) or the file path "
-                "as pretrained=... (--pretrained). Offline, set HF_HUB_OFFLINE=1 to fail at once instead of "
-                "retrying the download") from exc
+            problem = f"{type(exc).__name__}: {exc}"
+            raise worded(RuntimeError, lambda n: weights_unavailable(model_name, pretrained, problem, n)) from exc
 
     # -- encoding -------------------------------------------------------------------------------
     def encode_text(self, prompts: list[str]) -> np.ndarray:

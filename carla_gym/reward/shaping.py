@@ -45,6 +45,27 @@ MODES = ("replace", "add")
 """Shaping modes: replace the env reward (VLM-RL) or add the weighted CLIP reward to it."""
 
 
+def check_shaping(mode: str, weight: float, synthesis: bool, head: str) -> None:
+    """Check `RewardShaper`'s options, ``head`` being the reward model's (a command line refuses them early).
+
+    Raises:
+        ValueError: Unknown mode, synthesis with another head, a non-finite weight, or a weight
+            other than 1 in ``"replace"`` mode (a `carla_gym.hints.worded` error: a command line
+            can name its own flags with `carla_gym.hints.as_flags`).
+    """
+    from carla_gym.hints import worded
+
+    if mode not in MODES:
+        raise worded(ValueError, lambda n: f"{n('mode', mode)}: choose one of {list(MODES)}")
+    if synthesis and head != "clg":
+        raise worded(ValueError, lambda n: f"{n('synthesis', True)} needs the 'clg' head, the model uses {head!r}")
+    if isinstance(weight, bool) or not isinstance(weight, int | float | np.floating) or not np.isfinite(weight):
+        raise worded(ValueError, lambda n: f"{n('weight', weight)}: must be a finite number")
+    if mode == "replace" and weight != 1.0:
+        raise worded(ValueError, lambda n: f"{n('weight', weight)} applies to {n('mode', 'add')} only; "
+                                           f"{n('mode', 'replace')} uses the CLIP reward as is")
+
+
 class RewardShaper:
     """Shaping state of N envs; see the module docstring.
 
@@ -56,19 +77,12 @@ class RewardShaper:
         synthesis: Use VLM-RL's hierarchical synthesis (needs the ``"clg"`` head).
 
     Raises:
-        ValueError: Unknown mode, synthesis with another head, or a non-finite weight.
+        ValueError: Bad options (`check_shaping`).
     """
 
     def __init__(self, model: CLIPRewardModel, n_envs: int, mode: str = "replace", weight: float = 1.0,
                  synthesis: bool = False) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r}: choose one of {list(MODES)}")
-        if synthesis and model.head != "clg":
-            raise ValueError(f"synthesis=True needs the 'clg' head, the model uses {model.head!r}")
-        if isinstance(weight, bool) or not isinstance(weight, int | float | np.floating) or not np.isfinite(weight):
-            raise ValueError(f"weight={weight!r}: must be a finite number")
-        if mode == "replace" and weight != 1.0:
-            raise ValueError(f"weight={weight!r} applies to mode='add' only; mode='replace' uses the CLIP reward as is")
+        check_shaping(mode, weight, synthesis, model.head)
         self.model, self.mode, self.weight, self.synthesis = model, mode, float(weight), bool(synthesis)
         self._offsets = [deque() for _ in range(n_envs)]  # (sim_time [s], |lane offset| [m])
         self._returns = np.zeros(n_envs)

@@ -15,6 +15,13 @@ from carla_gym.envs.observation import ObsType
 from carla_gym.reward.model import CLIPRewardModel
 from carla_gym.reward.shaping import RewardShaper, require_reward_frames
 
+RENAMED = {
+    "CLIPRewardWrapper": "use CLIPShapedReward (from carla_gym.reward import CLIPShapedReward; same arguments)",
+    "clip_vec_env": "use the class VecCLIPShapedReward (from carla_gym.reward import VecCLIPShapedReward; same "
+                    "arguments: VecCLIPShapedReward(venv, model, mode, weight, synthesis))",
+}
+"""Names of this issue's rename (Gymnasium's and SB3's wrapper naming) -> what to use instead."""
+
 
 class CLIPShapedReward(gym.Wrapper[ObsType, ActType, ObsType, ActType]):
     """Shape one `CarlaTrolley-v0` env's reward with a CLIP reward model (one frame per step).
@@ -73,3 +80,15 @@ class CLIPShapedReward(gym.Wrapper[ObsType, ActType, ObsType, ActType]):
         obs, reward, terminated, truncated, info = self.env.step(action)
         shaped = self.shaper.shape([info], [reward], [terminated or truncated])
         return obs, float(shaped[0]), terminated, truncated, info
+
+
+def __getattr__(name: str):
+    """Names renamed in `RENAMED` raise an error saying the new name (`carla_gym.hints.missing_name`).
+
+    Raises:
+        ImportError: A renamed name (`RENAMED`); the message names the new one.
+        AttributeError: Any other unknown name.
+    """
+    from carla_gym.hints import missing_name
+
+    raise missing_name(__name__, name, RENAMED)

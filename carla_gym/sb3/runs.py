@@ -122,12 +122,13 @@ def resumable(run: Path, config: Mapping) -> bool:
             and latest_checkpoint(run / "checkpoints") is not None)
 
 
-def output_dir_problem(out: Path, overwrite: bool, resume_command: str) -> str | None:
+def output_dir_problem(out: Path, overwrite: bool, overwrite_command: str, resume_command: str) -> str | None:
     """Why a new run may not write into ``out`` (None: it may), as the message to exit with.
 
     A file is refused; so is a non-empty folder that is not a ``train_sb3.py`` run (even with
-    ``--overwrite``: nothing else is ever replaced); a run is replaced only with ``--overwrite``,
-    and the refusal offers ``resume_command`` when the run is `resumable`.
+    ``--overwrite``: nothing else is ever replaced); a run is replaced only with ``--overwrite``:
+    the refusal prints ``overwrite_command`` (the command given, plus ``--overwrite``) and, when
+    the run is `resumable`, ``resume_command``.
     """
     if out.exists() and not out.is_dir():
         return f"--output-dir {out}: exists and is not a directory"
@@ -140,9 +141,8 @@ def output_dir_problem(out: Path, overwrite: bool, resume_command: str) -> str |
                 "--output-dir")
     if overwrite:
         return None
-    hint = f", or {resume_command} to continue it" if resumable(out, config) else ""
-    return (f"{out} is not empty; add --overwrite to this command to replace the run in it{hint}, or choose another "
-            "--output-dir")
+    hint = f"; or continue it with: {resume_command}" if resumable(out, config) else ""
+    return f"{out} is not empty; replace the run in it with: {overwrite_command}{hint}; or choose another --output-dir"
 
 
 @dataclass(frozen=True)
