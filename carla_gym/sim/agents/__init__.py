@@ -1,0 +1,30 @@
+"""CARLA's navigation agents over arrays: PID controllers, local planner, basic and behaviour agents.
+
+Not wired into the env yet (issue 14). Modules: `pid` (the two PID loops), `local_planner`
+(routes, waypoint queue, arrival and route completion), `behavior` (basic and behaviour agents).
+"""
+
+from carla_gym.sim.agents.behavior import BEHAVIORS, AgentParams, AgentStep, Obstacles, agent_params, agent_step
+from carla_gym.sim.agents.local_planner import PlannerState, Routes, arrived, make_routes, route_completion, track
+from carla_gym.sim.agents.pid import ControllerState, PidGains, PidState, heading_error, pid_step, vehicle_control
+
+__all__ = [
+    "BEHAVIORS",
+    "AgentParams",
+    "AgentStep",
+    "ControllerState",
+    "Obstacles",
+    "PidGains",
+    "PidState",
+    "PlannerState",
+    "Routes",
+    "agent_params",
+    "agent_step",
+    "arrived",
+    "heading_error",
+    "make_routes",
+    "pid_step",
+    "route_completion",
+    "track",
+    "vehicle_control",
+]

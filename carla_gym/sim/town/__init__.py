@@ -1,0 +1,35 @@
+"""Towns for the embedded simulator: road networks, the eight named towns and routing (issue 14).
+
+Foundation only, not yet used by the env, the server or the scenario catalogue. The geometry is a
+procedural analogue of each CARLA town's character, not CARLA's geometry.
+
+Example:
+    >>> town = get_town("Town02")
+    >>> route = plan_route(town, town.spawn_points.xy[0], town.spawn_points.xy[5])
+    >>> bool(np.all(np.hypot(*np.diff(route.waypoints, axis=0).T) <= 2.0 + 1e-9))
+    True
+"""
+
+import numpy as np
+
+from carla_gym.sim.town.builders import RoadSpec, TownSpec, build_town
+from carla_gym.sim.town.network import (
+    Lane,
+    Light,
+    Location,
+    Marking,
+    RoadOption,
+    SpawnPoints,
+    Town,
+    light_state,
+    locate,
+    locate_many,
+)
+from carla_gym.sim.town.routing import Route, plan_route, point_at
+from carla_gym.sim.town.towns import TOWN_NAMES, get_town, town_spec
+
+__all__ = [
+    "TOWN_NAMES", "Lane", "Light", "Location", "Marking", "RoadOption", "RoadSpec", "Route", "SpawnPoints",
+    "Town", "TownSpec", "build_town", "get_town", "light_state", "locate", "locate_many", "np", "plan_route",
+    "point_at", "town_spec",
+]

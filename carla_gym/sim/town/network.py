@@ -1,0 +1,292 @@
+"""A town's road network as arrays: lanes, markings, sidewalks, crosswalks, spawn points, lights.
+
+A `Town` is built once (see `carla_gym.sim.town.builders`) and never changes. Every lane is a
+centreline polyline sampled at uniform spacing of at most 1 m (first and last points exact), so a
+lane's last point is its successors' first point. Frame as the rest of the simulator
+(`carla_gym.sim.constants`): x, y seen from above with y to the right of x, yaw = atan2(dy, dx)
+[rad] (positive turning right), positive lateral offsets to the right; traffic drives on the right.
+
+The geometry is a procedural analogue, not CARLA's: only the names and the character of CARLA's
+towns carry over (navigation.md section 3).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import networkx as nx
+import numpy as np
+
+
+class RoadOption(enum.IntEnum):
+    """What a route does at a waypoint. Names and values of CARLA's ``agents.navigation`` RoadOption."""
+
+    VOID = -1
+    LEFT = 1
+    RIGHT = 2
+    STRAIGHT = 3
+    LANEFOLLOW = 4
+    CHANGELANELEFT = 5
+    CHANGELANERIGHT = 6
+
+
+class Marking(enum.IntEnum):
+    """Paint along a lane edge."""
+
+    NONE = 0
+    BROKEN = 1
+    SOLID = 2
+
+
+class Light(enum.IntEnum):
+    """State of the traffic light at the end of a lane (`NONE` where the lane has no light)."""
+
+    NONE = -1
+    GREEN = 0
+    YELLOW = 1
+    RED = 2
+
+
+GREEN_TIME = 10.0
+"""Green time of each phase [s] (this project's choice, a short urban cycle)."""
+
+YELLOW_TIME = 3.0
+"""Yellow time after each green [s] (this project's choice)."""
+
+ALL_RED_TIME = 2.0
+"""All-red clearance after each yellow [s] (this project's choice)."""
+
+OFF_NETWORK_DISTANCE = 10.0
+"""A point farther than this from every lane centreline [m] is off the network (this project's
+choice: about three lane widths, so a goal on a sidewalk or a verge still snaps to the road)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Lane:
+    """One lane: a directed centreline.
+
+    Attributes:
+        id: Lane id, its index in `Town.lanes`.
+        points: Centreline (K, 2) float64 [m], uniform spacing of at most 1 m, K >= 2.
+        yaw: Heading at each point (K,) float64 [rad].
+        s: Arc length at each point (K,) float64 [m], ``s[0] == 0``.
+        width: Lane width [m].
+        speed_limit: Speed limit [m/s].
+        successors: Ids of the lanes that continue this one (their first point is this one's last).
+        left: Id of the same-direction neighbour on the left, -1 if none.
+        right: Id of the same-direction neighbour on the right, -1 if none.
+        road: Index of the road this lane belongs to, -1 for a connector lane.
+        junction: Node index of the junction a connector lane crosses, -1 for a road lane.
+        option: `RoadOption` of driving this lane: LANEFOLLOW on roads and through bends, LEFT /
+            RIGHT / STRAIGHT through a junction.
+        left_marking: `Marking` along the left edge.
+        right_marking: `Marking` along the right edge.
+    """
+
+    id: int
+    points: np.ndarray
+    yaw: np.ndarray
+    s: np.ndarray
+    width: float
+    speed_limit: float
+    successors: tuple[int, ...]
+    left: int
+    right: int
+    road: int
+    junction: int
+    option: RoadOption
+    left_marking: Marking
+    right_marking: Marking
+
+    @property
+    def length(self) -> float:
+        """Length of the centreline [m]."""
+        return float(self.s[-1])
+
+    @property
+    def is_connector(self) -> bool:
+        """Whether this lane crosses a junction or a bend (connects two road lanes)."""
+        return self.road < 0
+
+
+@dataclass(frozen=True, eq=False)
+class SpawnPoints:
+    """Places where a vehicle may start: on road lanes, away from junctions.
+
+    Attributes:
+        xy: Positions (S, 2) float64 [m] (on the lane centreline).
+        yaw: Headings (S,) float64 [rad] (the lane's).
+        lane: Lane ids (S,) int64.
+        s: Arc lengths along the lane (S,) float64 [m].
+    """
+
+    xy: np.ndarray
+    yaw: np.ndarray
+    lane: np.ndarray
+    s: np.ndarray
+
+    def __len__(self) -> int:
+        """Number of spawn points."""
+        return len(self.lane)
+
+
+@dataclass(frozen=True, eq=False)
+class Town:
+    """A built town. Immutable; shared through `carla_gym.sim.town.get_town`'s cache.
+
+    Attributes:
+        name: Town name (``"Town01"`` ...).
+        lanes: All lanes, ``lanes[i].id == i``: road lanes first, then connector lanes.
+        graph: ``networkx.DiGraph`` over lane ids. Edge ``kind`` ``"follow"`` (to a successor,
+            ``weight`` the source lane's length [m]) or ``"left"`` / ``"right"`` (lane change to
+            a neighbour, ``weight`` `LANE_CHANGE_COST`).
+        points: All lane points stacked (P, 2) float64 [m], for nearest-lane queries.
+        point_lane: Lane id of each stacked point (P,) int64.
+        point_index: Index of each stacked point within its lane (P,) int64.
+        sidewalks: Sidewalk centrelines, each (K, 2) float64 [m], beside the outer lanes.
+        sidewalk_width: Sidewalk width [m].
+        crosswalks: Crossings (C, 2, 2) float64 [m]: the two ends of each crossing's centreline,
+            across a road where it meets a junction.
+        crosswalk_width: Crosswalk width [m].
+        spawn_points: Where vehicles may start.
+        junctions: Node indices that are junctions (three roads or more).
+        roundabout: Node indices on a roundabout ring.
+        light_junction: Junction whose light stands at each lane's end (L,) int64, -1 for none.
+        light_phase: Phase index of that light (L,) int64 (phase p is green from
+            p * (GREEN + YELLOW + ALL_RED) into each cycle), -1 for none.
+        light_phases: Number of phases of the cycle at each lane's light (L,) int64, 0 for none.
+        extent: ``(xmin, ymin, xmax, ymax)`` of all lane points [m].
+    """
+
+    name: str
+    lanes: tuple[Lane, ...]
+    graph: nx.DiGraph
+    points: np.ndarray
+    point_lane: np.ndarray
+    point_index: np.ndarray
+    sidewalks: tuple[np.ndarray, ...]
+    sidewalk_width: float
+    crosswalks: np.ndarray
+    crosswalk_width: float
+    spawn_points: SpawnPoints
+    junctions: tuple[int, ...]
+    roundabout: tuple[int, ...]
+    light_junction: np.ndarray
+    light_phase: np.ndarray
+    light_phases: np.ndarray
+    extent: tuple[float, float, float, float]
+
+    @property
+    def size(self) -> tuple[float, float]:
+        """Width and height of the town's lane extent [m]."""
+        return self.extent[2] - self.extent[0], self.extent[3] - self.extent[1]
+
+
+class Location(NamedTuple):
+    """Where a point lies relative to the nearest lane.
+
+    Attributes:
+        lane: Lane id.
+        s: Arc length of the foot point along the lane [m].
+        lateral: Signed distance from the centreline [m], positive to the right of travel.
+    """
+
+    lane: int
+    s: float
+    lateral: float
+
+
+def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nearest lane of each point: vectorised over all lane points (towns of a few km).
+
+    The nearest lane point is found by brute force, then the foot point on the two centreline
+    segments around it refines ``s`` and the lateral offset. Where lanes overlap (connectors in a
+    junction) the lowest lane id wins ties; road lanes come before connectors.
+
+    Args:
+        town: The town.
+        xy: Points (N, 2) [m].
+
+    Returns:
+        ``(lane, s, lateral)``: lane ids (N,) int64, arc lengths (N,) float64 [m], lateral offsets
+        (N,) float64 [m] (positive to the right of the lane's direction).
+
+    Raises:
+        ValueError: If ``xy`` is not (N, 2) finite.
+    """
+    xy = np.asarray(xy, dtype=np.float64)
+    if xy.ndim != 2 or xy.shape[1] != 2 or not np.isfinite(xy).all():
+        raise ValueError(f"xy shape {xy.shape}: must be (N, 2) finite [m]")
+    d2 = ((xy[:, None, :] - town.points[None, :, :]) ** 2).sum(-1)
+    nearest = d2.argmin(axis=1)
+    lanes = town.point_lane[nearest]
+    index = town.point_index[nearest]
+    out_s = np.empty(len(xy))
+    out_lat = np.empty(len(xy))
+    for n, (lane_id, i) in enumerate(zip(lanes, index, strict=True)):
+        lane = town.lanes[lane_id]
+        best = None
+        for j in (i - 1, i):
+            if j < 0 or j + 1 >= len(lane.points):
+                continue
+            a, b = lane.points[j], lane.points[j + 1]
+            seg = b - a
+            seg_len = float(np.hypot(*seg))
+            t = min(max(float(np.dot(xy[n] - a, seg)) / seg_len**2, 0.0), 1.0)
+            foot = a + t * seg
+            dist = float(np.hypot(*(xy[n] - foot)))
+            if best is None or dist < best[0]:
+                right = np.array([-seg[1], seg[0]]) / seg_len
+                best = (dist, lane.s[j] + t * seg_len, float(np.dot(xy[n] - foot, right)))
+        out_s[n], out_lat[n] = best[1], best[2]
+    return lanes.astype(np.int64), out_s, out_lat
+
+
+def locate(town: Town, xy: np.ndarray) -> Location:
+    """Nearest lane of one point ``xy`` (2,) [m]: `locate_many` for a single point.
+
+    Raises:
+        ValueError: If ``xy`` is not 2 finite numbers.
+    """
+    xy = np.asarray(xy, dtype=np.float64)
+    if xy.shape != (2,):
+        raise ValueError(f"xy shape {xy.shape}: must be (2,) [m]")
+    lanes, s, lateral = locate_many(town, xy[None])
+    return Location(int(lanes[0]), float(s[0]), float(lateral[0]))
+
+
+def light_state(town: Town, t: float | np.ndarray) -> np.ndarray:
+    """State of the light at the end of every lane at time ``t``: a fixed cycle.
+
+    Each lit junction cycles through its phases; phase p is `GREEN_TIME` green, `YELLOW_TIME`
+    yellow, then red (including `ALL_RED_TIME` of all-red clearance) until its turn comes again.
+    All junctions start their cycle at t = 0.
+
+    Args:
+        town: The town.
+        t: Time [s], scalar or any shape (leading batch dims) with t >= 0.
+
+    Returns:
+        ``t.shape + (L,)`` int8 `Light` values; `Light.NONE` for lanes without a light.
+
+    Raises:
+        ValueError: If any ``t`` is negative or not finite.
+
+    Example:
+        >>> from carla_gym.sim.town import get_town
+        >>> town = get_town("Town05")
+        >>> lit = int(np.flatnonzero(town.light_phase == 0)[0])
+        >>> [Light(int(light_state(town, t)[lit])).name for t in (0.0, 11.0, 14.0, 30.0)]
+        ['GREEN', 'YELLOW', 'RED', 'GREEN']
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if not np.isfinite(t).all() or (t < 0).any():
+        raise ValueError(f"t={t!r}: must be finite and >= 0 [s]")
+    phase_len = GREEN_TIME + YELLOW_TIME + ALL_RED_TIME
+    lit = town.light_phases > 0
+    cycle = np.where(lit, town.light_phases, 1) * phase_len
+    u = np.mod(t[..., None] - np.where(lit, town.light_phase, 0) * phase_len, cycle)
+    state = np.where(u < GREEN_TIME, Light.GREEN, np.where(u < GREEN_TIME + YELLOW_TIME, Light.YELLOW, Light.RED))
+    return np.where(lit, state, Light.NONE).astype(np.int8)

@@ -1,0 +1,197 @@
+"""Walkers as arrays: they walk along sidewalks, cross at crosswalks, and a seeded share jaywalk.
+
+Each walker is one row: a mode (`SIDEWALK`, `CROSSING`), and for each mode its arrays. On a
+sidewalk a walker keeps a fixed lateral offset within the sidewalk (drawn once, at most half the
+width minus the disc radius) and advances its arc position at its own speed in one direction,
+turning back at a sidewalk's end. When it passes a crosswalk end it starts crossing with
+probability ``cross_probability``; a crossing is a straight walk from its start to its end
+point, after which the walker continues on the other sidewalk in a random direction. A walker
+flagged as a jaywalker (a seeded share) also leaves its sidewalk at random (``jaywalk_rate`` per
+second) and walks straight to the nearest point of the opposite sidewalk. All randomness comes
+from the Generator passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from carla_gym.sim import constants as C
+from carla_gym.sim.traffic.collision import WALKER_RADIUS
+from carla_gym.sim.traffic.polylines import Polylines
+
+WALK_SPEED_RANGE = (1.2, 1.5)
+"""Walking speeds [m/s], drawn uniformly (mean 1.35): navigation.md section 4 (1.2-1.5, mean free
+walking speed 1.34 m/s)."""
+
+SIDEWALK = 0
+"""Mode: walking along a sidewalk."""
+
+CROSSING = 1
+"""Mode: crossing (at a crosswalk, or jaywalking) on a straight segment."""
+
+
+class Sidewalks(Polylines):
+    """Sidewalk centrelines with widths, crosswalks and the sidewalk across the road.
+
+    Attributes:
+        width: (M,) [m].
+        opposite: (M,) int64: the sidewalk across the road (jaywalking target), -1 for none.
+        crosswalks: (X, 4) float64 rows (sidewalk a, s on a, sidewalk b, s on b): a crosswalk
+            joins those two sidewalk points.
+    """
+
+    def __init__(self, centrelines: Sequence[np.ndarray], width, opposite: Sequence[int],
+                 crosswalks: Sequence[tuple[int, float, int, float]] = ()):
+        """Build the sidewalks.
+
+        Raises:
+            ValueError: On a bad polyline, a width <= 2 * `WALKER_RADIUS`, or an index out of range.
+        """
+        super().__init__(centrelines)
+        m = len(self)
+        self.width = np.broadcast_to(np.asarray(width, dtype=np.float64), (m,)).copy()
+        if not (self.width > 2 * WALKER_RADIUS).all():
+            raise ValueError(f"width must be > {2 * WALKER_RADIUS} m (a walker's diameter)")
+        self.opposite = np.asarray(opposite, dtype=np.int64).reshape(m)
+        if not ((self.opposite >= -1) & (self.opposite < m)).all():
+            raise ValueError(f"opposite has indices outside [-1, {m})")
+        self.crosswalks = np.asarray(crosswalks, dtype=np.float64).reshape(-1, 4)
+        ends = self.crosswalks[:, [0, 2]].astype(np.int64)
+        if not ((ends >= 0) & (ends < m)).all():
+            raise ValueError(f"crosswalks name sidewalks outside [0, {m})")
+
+
+@dataclass
+class Walkers:
+    """State of W walkers; arrays of shape (W,) (points (W, 2)).
+
+    Attributes:
+        xy: Positions [m].
+        heading: Headings [rad].
+        speed: Walking speeds [m/s].
+        mode: `SIDEWALK` or `CROSSING`, int64.
+        sidewalk: Current (or target, while crossing) sidewalk, int64.
+        s: Arc position on it [m] (the target's while crossing).
+        direction: +1 or -1 along the sidewalk.
+        offset: Lateral offset within the sidewalk [m].
+        start: Crossing start points [m].
+        end: Crossing end points [m].
+        jaywalker: Whether the walker jaywalks.
+    """
+
+    xy: np.ndarray
+    heading: np.ndarray
+    speed: np.ndarray
+    mode: np.ndarray
+    sidewalk: np.ndarray
+    s: np.ndarray
+    direction: np.ndarray
+    offset: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    jaywalker: np.ndarray
+
+
+def _sidewalk_pose(sw: Sidewalks, sidewalk, s, direction, offset):
+    p, h = sw.at(sidewalk, s)
+    xy = p + offset[:, None] * np.stack([-np.sin(h), np.cos(h)], axis=1)
+    return xy, np.where(direction > 0, h, h + np.pi)
+
+
+def spawn_walkers(sw: Sidewalks, n: int, rng: np.random.Generator, jaywalk_share: float = 0.0) -> Walkers:
+    """``n`` walkers at random points of random sidewalks (uniform), walking either way.
+
+    Raises:
+        ValueError: If n < 0 or jaywalk_share is outside [0, 1].
+    """
+    if n < 0:
+        raise ValueError(f"n={n!r}: must be >= 0")
+    if not 0.0 <= jaywalk_share <= 1.0:
+        raise ValueError(f"jaywalk_share={jaywalk_share!r}: must lie in [0, 1]")
+    sidewalk = rng.integers(len(sw), size=n)
+    s = rng.random(n) * sw.length[sidewalk]
+    direction = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    offset = (rng.random(n) - 0.5) * (sw.width[sidewalk] - 2 * WALKER_RADIUS)
+    speed = rng.uniform(*WALK_SPEED_RANGE, size=n)
+    jay = rng.random(n) < jaywalk_share
+    xy, heading = _sidewalk_pose(sw, sidewalk, s, direction, offset)
+    return Walkers(xy, heading, speed, np.zeros(n, dtype=np.int64), sidewalk, s, direction, offset,
+                   xy.copy(), xy.copy(), jay)
+
+
+def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float = C.DT,
+                 cross_probability: float = 0.5, jaywalk_rate: float = 0.02) -> Walkers:
+    """Advance all walkers by one tick (module docstring). Draws a fixed number of numbers per tick.
+
+    Args:
+        w: Walkers at the start of the tick (not modified).
+        sw: The sidewalks.
+        rng: Generator for crossing decisions and new directions.
+        dt: Tick length [s], > 0.
+        cross_probability: Probability of crossing when passing a crosswalk end, in [0, 1].
+        jaywalk_rate: Rate [1/s] at which a jaywalker on a sidewalk starts to jaywalk, >= 0.
+
+    Returns:
+        The walkers at the end of the tick.
+
+    Raises:
+        ValueError: If dt <= 0, cross_probability is outside [0, 1] or jaywalk_rate < 0.
+    """
+    if not dt > 0 or not 0 <= cross_probability <= 1 or not jaywalk_rate >= 0:
+        raise ValueError(f"dt={dt!r} (> 0), cross_probability={cross_probability!r} ([0, 1]) or "
+                         f"jaywalk_rate={jaywalk_rate!r} (>= 0) out of range")
+    n = len(w.speed)
+    u_cross, u_jay, u_dir = rng.random(n), rng.random(n), rng.random(n)
+    mode, sidewalk, direction = w.mode.copy(), w.sidewalk.copy(), w.direction.copy()
+    start, end = w.start.copy(), w.end.copy()
+    walking = mode == SIDEWALK
+    # On sidewalks: advance, turn back at the ends.
+    s_new = w.s + np.where(walking, direction * w.speed * dt, 0.0)
+    length = sw.length[sidewalk]
+    turn = walking & ((s_new < 0) | (s_new > length))
+    s_new = np.where(walking, np.clip(s_new, 0.0, length), w.s)
+    direction = np.where(turn, -direction, direction)
+    # Crosswalk ends passed this tick (either end of each crosswalk): (W, X) tests.
+    new_s = w.s.copy()
+    for a, sa, b, sb in ((0, 1, 2, 3), (2, 3, 0, 1)):
+        cw = sw.crosswalks
+        passed = walking[:, None] & (sidewalk[:, None] == cw[None, :, a].astype(np.int64)) & (
+            (np.minimum(w.s, s_new)[:, None] <= cw[None, :, sa]) & (cw[None, :, sa] <= np.maximum(w.s, s_new)[:, None]))
+        first = np.argmax(passed, axis=1)
+        go = passed.any(axis=1) & (u_cross < cross_probability) & (mode == SIDEWALK)
+        if go.any():
+            c = cw[first[go]]
+            start[go], _ = sw.at(c[:, a].astype(np.int64), c[:, sa])
+            end[go], _ = sw.at(c[:, b].astype(np.int64), c[:, sb])
+            mode[go], sidewalk[go], new_s[go] = CROSSING, c[:, b].astype(np.int64), c[:, sb]
+    # Jaywalkers leave towards the nearest point of the opposite sidewalk.
+    jay = (mode == SIDEWALK) & w.jaywalker & (sw.opposite[sidewalk] >= 0) & (u_jay < jaywalk_rate * dt)
+    if jay.any():
+        target = sw.opposite[sidewalk[jay]]
+        big = float(sw.length.max()) + 1.0
+        ts, _, _ = sw.project(target, w.xy[jay], np.zeros(jay.sum()), back=big, ahead=big)
+        ts = np.clip(ts, 0.0, sw.length[target])
+        start[jay] = w.xy[jay]
+        end[jay], _ = sw.at(target, ts)
+        mode[jay], sidewalk[jay], new_s[jay] = CROSSING, target, ts
+    s = np.where(mode == SIDEWALK, s_new, new_s)
+    # Crossing walkers move straight; arrivals rejoin their target sidewalk in a random direction.
+    seg = end - start
+    seg_len = np.maximum(np.hypot(seg[:, 0], seg[:, 1]), 1e-9)
+    was_crossing = w.mode == CROSSING
+    done = np.hypot(*(w.xy - start).T) + w.speed * dt
+    progress = np.where(was_crossing, done, 0.0)
+    arrived = was_crossing & (progress >= seg_len)
+    mode = np.where(arrived, SIDEWALK, mode)
+    direction = np.where(arrived, np.where(u_dir < 0.5, -1.0, 1.0), direction)
+    sxy, sheading = _sidewalk_pose(sw, sidewalk, s, direction, np.where(mode == SIDEWALK, w.offset, 0.0))
+    frac = np.clip(progress / seg_len, 0.0, 1.0)[:, None]
+    cxy = np.where(was_crossing[:, None], start + frac * seg, start)
+    crossing = mode == CROSSING
+    offset = np.where(arrived, 0.0, w.offset)
+    xy = np.where(crossing[:, None], cxy, sxy)
+    heading = np.where(crossing, np.arctan2(seg[:, 1], seg[:, 0]), sheading)
+    return Walkers(xy, heading, w.speed, mode, sidewalk, s, direction, offset, start, end, w.jaywalker)
