@@ -91,7 +91,7 @@ def test_n_vehicles_step_equals_n_single_steps_bit_for_bit():
         out = step_vehicles(v, t, b, s)
         for i in range(n):
             e = step_ego(EgoState(v.x[i:i + 1], v.y[i:i + 1], v.yaw[i:i + 1], v.speed[i:i + 1], v.beta[i:i + 1]),
-                         t[i:i + 1], b[i:i + 1], s[i:i + 1], C.DT, NUMPY)
+                         t[i:i + 1], b[i:i + 1], s[i:i + 1], C.DT, NUMPY, v.wheelbase[i:i + 1])
             got = [out.x[i], out.y[i], out.yaw[i], out.speed[i], out.beta[i]]
             assert got == [float(e.x[0]), float(e.y[0]), float(e.yaw[0]), float(e.speed[0]), float(e.beta[0])]
         v = out

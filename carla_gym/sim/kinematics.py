@@ -125,7 +125,8 @@ def wrap_angle(angle, m=SCALAR):
     return m.wrap(angle)
 
 
-def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) -> EgoState:
+def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR,
+             wheelbase=C.EGO_WHEELBASE) -> EgoState:
     """Advance the ego by one tick (the model in this module's docstring).
 
     Args:
@@ -135,6 +136,8 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) 
         steer: Steer in [-1, 1], positive to the right.
         dt: Tick length [s].
         m: Math namespace, `SCALAR` for floats or `NUMPY` for arrays.
+        wheelbase: Wheelbase L [m], > 0: a float, or an array like the state's for one per vehicle.
+            Default `EGO_WHEELBASE` (the Lincoln MKZ's); every vehicle shares the ego's steering lock.
 
     Returns:
         The state at the end of the tick; its velocity differs from the start's by at most
@@ -149,10 +152,10 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR) 
     # Distance at the start speed's share: all of it when the car stops within the tick (v1 = 0).
     first = m.where(stops_in_tick, v0 * v0 / (2.0 * m.maximum(-accel, 1e-12)), 0.5 * v0 * dt)
     distance = first + 0.5 * v1 * dt
-    max_tan_delta = grip * C.EGO_WHEELBASE / m.maximum(v0 * v0, 1e-9)  # steady cornering grip
+    max_tan_delta = grip * wheelbase / m.maximum(v0 * v0, 1e-9)  # steady cornering grip
     tan_delta = m.tan(steer * C.EGO_MAX_STEER_ANGLE)
     beta1 = m.atan(0.5 * m.clip(tan_delta, -max_tan_delta, max_tan_delta))
-    dyaw = distance * m.sin(beta1) / (0.5 * C.EGO_WHEELBASE)
+    dyaw = distance * m.sin(beta1) / (0.5 * wheelbase)
     turn = dyaw + beta1 - ego.beta  # course change
     # 2. The friction circle. |V' - V|^2 = dv^2 + 4 v0 v' sin^2(turn / 2) for a speed change dv to v' and
     # a course change `turn`; with a share k of both it is at most k^2 (dv^2 + v0 max(v0, v') turn^2).
@@ -180,7 +183,7 @@ _MAX_BETA = math.atan(0.5 * math.tan(C.EGO_MAX_STEER_ANGLE))
 """Largest slip angle the steering geometry gives [rad] (full steer, centre halfway between the axles)."""
 
 
-def steer_for_course(turn, distance, m=SCALAR):
+def steer_for_course(turn, distance, m=SCALAR, wheelbase=C.EGO_WHEELBASE):
     """Steer command in [-1, 1] that turns the course by ``turn`` [rad] within one tick.
 
     Inverts the kinematic request of `step_ego` for a car that covers ``distance`` [m] this
@@ -194,11 +197,12 @@ def steer_for_course(turn, distance, m=SCALAR):
             arrays of shape (N,) with ``m=NUMPY``).
         distance: Distance the car covers this tick [m], >= 0.
         m: Math namespace, `SCALAR` or `NUMPY`.
+        wheelbase: Wheelbase L [m] (float or like ``turn``), default `EGO_WHEELBASE`.
 
     Returns:
         The steer command, like ``turn``.
     """
-    k = distance / (0.5 * C.EGO_WHEELBASE)
+    k = distance / (0.5 * wheelbase)
     beta = m.clip(turn / (1.0 + k), -_MAX_BETA, _MAX_BETA)
     for _ in range(3):
         beta = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -_MAX_BETA, _MAX_BETA)

@@ -247,21 +247,34 @@ def front_chw(world: World, width: int = 640, height: int = 360, fov: float = 90
     # Pedestrians as upright figures, far to near (painter's algorithm).
     cx, cy = 0.5 * width, 0.5 * height
     for d, r in sorted(zip(*world.walker_offsets(), strict=True), reverse=True):
-        d -= C.CAMERA_OFFSET_X
-        if d < 0.3:
-            continue
-        u = cx + focal * r / d
-        feet = cy + focal * C.CAMERA_HEIGHT / d
-        head_top = cy + focal * (C.CAMERA_HEIGHT - C.WALKER_HEIGHT) / d
-        tall = feet - head_top
-        half = focal * 0.22 / d
-        if tall < FIGURE_DETAIL_PX:  # too small for legs and a head: a shirt-coloured mark
-            _fill(img, head_top, feet, u - half, u + half, SHIRT)
-            continue
-        _fill(img, head_top + 0.55 * tall, feet, u - half, u + half, LEGS)
-        _fill(img, head_top + 0.18 * tall, head_top + 0.55 * tall, u - 1.2 * half, u + 1.2 * half, SHIRT)
-        _fill(img, head_top, head_top + 0.18 * tall, u - 0.6 * half, u + 0.6 * half, SKIN)
+        draw_figure(img, focal, cx, cy, d - C.CAMERA_OFFSET_X, r)
     return img
+
+
+def draw_figure(img: np.ndarray, focal: float, cx: float, cy: float, d: float, r: float) -> None:
+    """Draw an upright pedestrian (legs, shirt, head) into a (3, H, W) front-camera image.
+
+    Args:
+        img: Channel-first image, modified in place.
+        focal: Focal length [px].
+        cx: Column of the optical axis [px].
+        cy: Row of the optical axis (the horizon) [px].
+        d: Distance of the figure ahead of the camera [m]; nothing is drawn below 0.3 m.
+        r: Lateral offset of the figure from the camera [m], positive right.
+    """
+    if d < 0.3:
+        return
+    u = cx + focal * r / d
+    feet = cy + focal * C.CAMERA_HEIGHT / d
+    head_top = cy + focal * (C.CAMERA_HEIGHT - C.WALKER_HEIGHT) / d
+    tall = feet - head_top
+    half = focal * 0.22 / d
+    if tall < FIGURE_DETAIL_PX:  # too small for legs and a head: a shirt-coloured mark
+        _fill(img, head_top, feet, u - half, u + half, SHIRT)
+        return
+    _fill(img, head_top + 0.55 * tall, feet, u - half, u + half, LEGS)
+    _fill(img, head_top + 0.18 * tall, head_top + 0.55 * tall, u - 1.2 * half, u + 1.2 * half, SHIRT)
+    _fill(img, head_top, head_top + 0.18 * tall, u - 0.6 * half, u + 0.6 * half, SKIN)
 
 
 @lru_cache(maxsize=16)

@@ -192,7 +192,7 @@ def pursuit_steer(lanes: Lanes, routes: Routes, v: Vehicles, dt: float = C.DT) -
     alpha = np.arctan2(target[:, 1] - v.y, target[:, 0] - v.x) - course
     kappa = 2.0 * np.sin(alpha) / look
     distance = v.speed * dt
-    return steer_for_course(v.beta + kappa * distance, distance, NUMPY)
+    return steer_for_course(v.beta + kappa * distance, distance, NUMPY, v.wheelbase)
 
 
 def drive(lanes: Lanes, routes: Routes, v: Vehicles, p: IDMParams = URBAN, horizon: float = LEADER_HORIZON,

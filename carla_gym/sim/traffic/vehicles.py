@@ -5,9 +5,8 @@ whole columns: there is no second model, and every vehicle's row evolves exactly
 vehicle would (bit for bit; tests/test_traffic.py checks it). All columns may carry leading
 batch dimensions (B, N) for a later batch of B worlds: the step is elementwise.
 
-Known limit: `step_ego` reads the ego's wheelbase and steering lock from `carla_gym.sim.constants`,
-so the ``wheelbase`` column is stored (for the footprint and a later per-vehicle model) but the
-step uses `EGO_WHEELBASE` for every row until `step_ego` takes a wheelbase argument.
+Each row steps with its own ``wheelbase`` column (`step_ego`'s ``wheelbase`` argument); every
+vehicle shares the ego's steering lock `EGO_MAX_STEER_ANGLE`.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class Vehicles:
         beta: Slip angle [rad] (see `carla_gym.sim.kinematics`).
         length: Bounding-box length [m].
         width: Bounding-box width [m].
-        wheelbase: Wheelbase [m] (stored; see the module docstring).
+        wheelbase: Wheelbase [m], used by the step.
     """
 
     x: np.ndarray
@@ -134,5 +133,5 @@ def step_vehicles(v: Vehicles, throttle, brake, steer, dt: float = C.DT) -> Vehi
             raise ValueError(f"{name} has values outside [{lo:g}, 1]")
     if not dt > 0:
         raise ValueError(f"dt={dt!r}: must be > 0 [s]")
-    s = step_ego(EgoState(v.x, v.y, v.yaw, v.speed, v.beta), throttle, brake, steer, dt, NUMPY)
+    s = step_ego(EgoState(v.x, v.y, v.yaw, v.speed, v.beta), throttle, brake, steer, dt, NUMPY, v.wheelbase)
     return replace(v, x=s.x, y=s.y, yaw=s.yaw, speed=s.speed, beta=np.asarray(s.beta, dtype=np.float64))

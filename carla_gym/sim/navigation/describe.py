@@ -1,0 +1,166 @@
+"""Navigation observation fields and text: goal distance and direction, lane name, nearby actors, prompt.
+
+Frame (`carla_gym.sim.constants`): x, y seen from above with y to the right of x, yaw = atan2(dy, dx)
+[rad], positive turning right. Semantics follow upstream (openenv_carla.md sections 5.1 to 5.4) with
+the fixes in `carla_gym.sim.navigation.rules.DIFFERENCES`.
+
+Example:
+    >>> goal_direction(np.zeros(2), 0.0, np.array([10.0, -20.0]))
+    'left'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from carla_gym.sim import constants as C
+from carla_gym.sim.navigation.scenarios import MAZE, NavSpec
+
+DIRECTIONS = ("forward", "right", "behind", "left")
+"""Values of ``goal_direction``: sectors of the goal's bearing relative to the ego heading, with
+upstream's boundaries (section 5.1): [-45, 45) deg forward, [45, 135) right, [135, 180] and
+[-180, -135) behind, [-135, -45) left. Upstream used the same sectors on the world bearing and
+named them east / north / west / south (B19)."""
+
+UNKNOWN_LANE = "unknown"
+"""``current_lane`` off the road network (upstream's field default, section 5.1)."""
+
+
+def goal_distance(ego_xy, goal_xy) -> np.ndarray:
+    """2D straight-line distance to the goal, z ignored (upstream section 5.4).
+
+    Args:
+        ego_xy: (..., 2) float [m].
+        goal_xy: (..., 2) float [m], broadcast against ``ego_xy``.
+
+    Returns:
+        (...) float64 [m].
+    """
+    d = np.asarray(goal_xy, dtype=np.float64)[..., :2] - np.asarray(ego_xy, dtype=np.float64)[..., :2]
+    return np.hypot(d[..., 0], d[..., 1])
+
+
+def goal_direction_index(ego_xy, ego_yaw, goal_xy) -> np.ndarray:
+    """Index into `DIRECTIONS` of the goal's bearing relative to the ego heading.
+
+    The sector test compares the goal's forward and rightward offsets exactly (no angle is formed), so a
+    bearing of exactly 45 deg is "right", -45 deg "forward", 135 deg "behind", -135 deg "left". A goal at
+    the ego's position is "forward" (upstream's atan2(0, 0) = 0).
+
+    Args:
+        ego_xy: (..., 2) float [m].
+        ego_yaw: (...) float [rad].
+        goal_xy: (..., 2) float [m].
+
+    Returns:
+        (...) int64 in 0..3.
+    """
+    d = np.asarray(goal_xy, dtype=np.float64)[..., :2] - np.asarray(ego_xy, dtype=np.float64)[..., :2]
+    yaw = np.asarray(ego_yaw, dtype=np.float64)
+    cos, sin = np.cos(yaw), np.sin(yaw)
+    fwd = cos * d[..., 0] + sin * d[..., 1]
+    right = -sin * d[..., 0] + cos * d[..., 1]
+    forward = ((-fwd <= right) & (right < fwd)) | ((fwd == 0.0) & (right == 0.0))
+    is_right = (right >= fwd) & (right > -fwd)
+    is_left = (right < -fwd) & (right <= fwd)
+    return np.select([forward, is_right, is_left], [0, 1, 3], default=2).astype(np.int64)
+
+
+def goal_direction(ego_xy, ego_yaw: float, goal_xy) -> str:
+    """``goal_direction`` of one ego: one of `DIRECTIONS` (see `goal_direction_index`)."""
+    return DIRECTIONS[int(goal_direction_index(ego_xy, ego_yaw, goal_xy))]
+
+
+def current_lane(lane_index: int | None) -> str:
+    """``current_lane``: ``"lane_<k>"``, k counted from the leftmost lane of the ego's direction of travel.
+
+    Upstream always reports ``"lane_0"`` and reads ``target_lane_id`` as "a lower number is to the
+    left" (section 4.2, B18); with k counted from the left, ``lane_<k-1>`` is the left neighbour.
+
+    Args:
+        lane_index: k >= 0, or None off the road network.
+
+    Returns:
+        ``"lane_<k>"`` or `UNKNOWN_LANE`.
+
+    Raises:
+        ValueError: ``lane_index`` is negative.
+    """
+    if lane_index is None:
+        return UNKNOWN_LANE
+    if int(lane_index) < 0:
+        raise ValueError(f"lane_index={lane_index}: must be >= 0 (or None off the road)")
+    return f"lane_{int(lane_index)}"
+
+
+def nearby_actors(ego_xyz, ego_yaw: float, actor_xyz, actor_ids, type_ids,
+                  radius: float = C.NEARBY_RADIUS) -> list[dict[str, Any]]:
+    """``nearby_actors`` entries as upstream's real mode (section 5.3), nearest first (B27).
+
+    Args:
+        ego_xyz: (3,) or (2,) float [m].
+        ego_yaw: Ego heading [rad].
+        actor_xyz: (K, 3) or (K, 2) float [m] (same width as ``ego_xyz``), the ego excluded.
+        actor_ids: (K,) int actor ids.
+        type_ids: K CARLA type ids, each starting with ``vehicle.`` or ``walker.`` (others are left
+            out, as upstream).
+        radius: Largest centre-to-centre distance [m] (upstream 50 m, `C.NEARBY_RADIUS`).
+
+    Returns:
+        Dicts ``{"type": str, "id": int, "distance": float [m, 3D when z is given, unrounded],
+        "position": "ahead" | "behind"}``; "ahead" when the offset projected on the heading is > 0.
+
+    Raises:
+        ValueError: Array lengths disagree.
+    """
+    ego = np.asarray(ego_xyz, dtype=np.float64)
+    pos = np.asarray(actor_xyz, dtype=np.float64).reshape(-1, ego.shape[-1])
+    ids = np.asarray(actor_ids).reshape(-1)
+    if not len(pos) == len(ids) == len(type_ids):
+        raise ValueError(f"actor_xyz ({len(pos)}), actor_ids ({len(ids)}) and type_ids ({len(type_ids)}) "
+                         "must have the same length")
+    off = pos - ego
+    dist = np.sqrt(np.sum(off * off, axis=1))
+    ahead = off[:, 0] * np.cos(ego_yaw) + off[:, 1] * np.sin(ego_yaw) > 0.0
+    kind = np.array([t.startswith(("vehicle.", "walker.")) for t in type_ids], dtype=bool)
+    keep = np.flatnonzero(kind & (dist <= radius))
+    keep = keep[np.argsort(dist[keep], kind="stable")]
+    return [{"type": type_ids[i], "id": int(ids[i]), "distance": float(dist[i]),
+             "position": "ahead" if ahead[i] else "behind"} for i in keep]
+
+
+_TOOLS = {
+    MAZE: ("- observe(): look again without acting\n"
+           "- control_vehicle(throttle, steer): drive by hand\n"
+           "- init_navigation_agent(behavior): switch on the autopilot\n"
+           "- set_destination(x, y, z): give the autopilot its destination\n"
+           "- follow_route(steps): let the autopilot drive for some steps\n"),
+    "free_roam": ("- observe(): look again without acting\n"
+                  "- control_vehicle(throttle, steer, brake): drive by hand\n"
+                  "- lane_change(direction): move one lane 'left' or 'right'\n"
+                  "- init_navigation_agent(behavior): switch on the autopilot\n"
+                  "- set_destination(x, y, z): give the autopilot its destination\n"
+                  "- follow_route(steps): let the autopilot drive for some steps\n"
+                  "- emergency_stop(): brake as hard as possible\n"),
+}
+
+
+def scene_description(spec: NavSpec) -> str:
+    """The navigation prompt, identical on every step (upstream's templates, section 5.2, in our words).
+
+    As upstream, the only value in the text is the success radius, printed as a float (``5.0``), and the
+    tools list the same calls in the same order (named ``control_vehicle`` as upstream, while the wire
+    action is ``control``).
+
+    Args:
+        spec: The scenario.
+
+    Returns:
+        Multi-line text.
+    """
+    where = "in a maze of city streets" if spec.family == MAZE else "freely through a town with traffic"
+    return (f"You drive a car {where}.\n\n"
+            f"Goal: get within {float(spec.success_radius)}m of the destination.\n\n"
+            f"Tools:\n{_TOOLS[spec.family]}")

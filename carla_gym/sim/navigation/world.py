@@ -1,0 +1,450 @@
+"""A navigation world: a town with NPC traffic, traffic lights, walkers and the ego, ticked as arrays.
+
+Gym-free world model (HighwayEnv style): `NavWorld` holds one town, every vehicle as a row of
+`carla_gym.sim.traffic.vehicles.Vehicles` (row 0 the ego, rows 1..N the NPCs), the walkers as
+`carla_gym.sim.traffic.walkers.Walkers`, and steps them all with vectorised functions. Every
+random number comes from one `numpy.random.Generator` seeded at construction: the same seed and
+the same ego controls give bit-identical worlds.
+
+One tick (`NavWorld.tick`), in this order:
+
+1. Lights: `carla_gym.sim.town.light_state` at the tick's start time.
+2. Junctions (`carla_gym.sim.navigation.junctions`): vehicles occupying a connector hold it,
+   vehicles whose rear has cleared theirs release it, then vehicles near the end of their lane ask
+   for their next connector (NPCs always; the ego only while it has a route, see
+   `NavWorld.set_goal`) and are granted first come first served (pairs with the ego use the
+   wider `LOOSE_CONFLICT_DISTANCE`: the ego may be driven loosely).
+3. NPC longitudinal control, the IDM (`carla_gym.sim.traffic.idm`) behind the nearest of:
+   a vehicle (the ego included) on its lane ahead, its next lane, or the lane after that where
+   the next lane has a single successor; a standing leader at its lane's end when the light
+   there is red, or yellow and it can still stop (`STOP_DECELERATION`), unless it holds its next
+   connector already (committed), or when it waits for the grant of its next connector; a
+   standing leader at a walker in its corridor ahead (within `WALKER_HORIZON`, straight ahead of
+   the car: approximate in curves); and a leader at the next lane's start driving that lane's
+   curve speed (`CURVE_ACCELERATION`) when the car is faster. Steering: pure pursuit
+   (`carla_gym.sim.traffic.lanes.pursuit_steer`).
+4. Walkers step (`carla_gym.sim.traffic.walkers.step_walkers`).
+5. All vehicles step at once with the shared bicycle model, each with its own wheelbase.
+6. Swept contacts over the tick (`carla_gym.sim.traffic.collision`): ego-vehicle, ego-walker,
+   NPC-NPC (the negotiation above keeps it at 0) and NPC-walker (NPCs brake for walkers in their
+   corridor; a jaywalker stepping out right in front of one can still be hit; counted).
+7. NPC routes advance (`carla_gym.sim.traffic.lanes.advance_routes`; a route at a dead end
+   respawns at a free spawn point), the ego is located on the lane network, time advances.
+
+Known limits (for the integration session): gridlock is possible at very high densities (a car
+holding a connector waits for room on its exit lane); the ego's own lane comes from the nearest
+lane point when it has no route, so in a junction it may count on an overlapping connector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import cache
+
+import numpy as np
+
+from carla_gym.sim import constants as C
+from carla_gym.sim.agents import (
+    AgentParams,
+    Obstacles,
+    PlannerState,
+    agent_params,
+    agent_step,
+    make_routes,
+)
+from carla_gym.sim.agents.local_planner import Routes as PlannerRoutes
+from carla_gym.sim.kinematics import EgoState
+from carla_gym.sim.navigation.adapters import lanes_from_town, sidewalks_from_town
+from carla_gym.sim.navigation.junctions import CLEAR_DISTANCE, LOOSE_CONFLICT_DISTANCE, conflicts, grant
+from carla_gym.sim.town import Light, Location, RoadOption, Route, Town, get_town, light_state, locate, plan_route
+from carla_gym.sim.traffic.collision import vehicle_contacts, walker_contacts
+from carla_gym.sim.traffic.idm import URBAN, IDMParams, idm_acceleration, pedals_for
+from carla_gym.sim.traffic.lanes import LEADER_HORIZON, Lanes, Routes, advance_routes, pursuit_steer, start_routes
+from carla_gym.sim.traffic.vehicles import Vehicles, make_vehicles, step_vehicles
+from carla_gym.sim.traffic.walkers import CROSSING, Sidewalks, Walkers, spawn_walkers, step_walkers
+
+STOP_DECELERATION = 4.0
+"""Deceleration [m/s^2] up to which an NPC stops for a yellow light; a faster one drives on (own
+choice: half the brakes' `MAX_DECELERATION`, twice the IDM's comfortable 2 m/s^2)."""
+
+STOP_LINE_MARGIN = 1.0
+"""Distance [m] before a lane end's crosswalk (the town's ``crosswalk_width`` before the lane's end) at
+which a stopping car's front bumper comes to rest (own choice)."""
+
+REQUEST_TIME = 2.0
+"""A vehicle asks for its next connector once its front is within ``speed * REQUEST_TIME +
+REQUEST_DISTANCE`` of the stop line (own choice: about a comfortable stop plus 10 m)."""
+
+REQUEST_DISTANCE = 10.0
+"""Fixed part of the request distance [m] (see `REQUEST_TIME`)."""
+
+CURVE_ACCELERATION = 3.0
+"""Lateral acceleration [m/s^2] an NPC accepts in a curve: a lane's curve speed is
+sqrt(CURVE_ACCELERATION / max curvature) (own choice: comfortable urban cornering, below the
+bicycle model's 8 m/s^2 grip so that pure pursuit keeps the lane)."""
+
+WALKER_HORIZON = 25.0
+"""Distance ahead [m] within which NPCs brake for a walker in their corridor (own choice: above the
+stopping distance from 50 km/h at the IDM's comfortable braking, which is stronger near a walker)."""
+
+WALKER_MARGIN = 0.5
+"""Extra half width [m] of an NPC's corridor for walkers, beyond the car's half width and the walker's
+radius (own choice). For a walker on a crossing the corridor is a lane width (`C.LANE_WIDTH`) wider
+still: cars yield to a walker who is crossing towards their path."""
+
+AUTOPILOT_HORIZON = 50.0
+"""Distance along the ego's route [m] searched for vehicles and walkers by `NavWorld.autopilot_control`
+(own choice: the behaviour agent's detection range is at most 70 / 3 m, navigation.md section 2)."""
+
+AUTOPILOT_STOP_MARGIN = 3.0
+"""The ego's autopilot is told the stop line is this much nearer [m] than it is (own choice: the agents
+brake only within 5 m + 1 s x speed at 0.6 brake, which stops a car at 47 km/h just after the line)."""
+
+
+@dataclass(frozen=True)
+class _Static:
+    """What a town gives every world: traffic arrays, conflicts and lane tables."""
+
+    lanes: Lanes
+    sidewalks: Sidewalks
+    conflict: np.ndarray
+    loose_conflict: np.ndarray
+    connector: np.ndarray
+    curve_speed: np.ndarray
+    single_next: np.ndarray
+
+
+@cache
+def _static(town: Town) -> _Static:
+    curve = np.empty(len(town.lanes))
+    for lane in town.lanes:
+        kappa = np.abs(np.diff(np.unwrap(lane.yaw)) / np.diff(lane.s)).max() if len(lane.s) > 1 else 0.0
+        curve[lane.id] = min(lane.speed_limit, np.sqrt(CURVE_ACCELERATION / max(kappa, 1e-9)))
+    single = np.array([lane.successors[0] if len(lane.successors) == 1 else -1 for lane in town.lanes])
+    return _Static(lanes_from_town(town), sidewalks_from_town(town), conflicts(town),
+                   conflicts(town, LOOSE_CONFLICT_DISTANCE), np.array([lane.is_connector for lane in town.lanes]),
+                   curve, single)
+
+
+@dataclass(frozen=True)
+class TickInfo:
+    """What happened during one tick.
+
+    Attributes:
+        ego_vehicle: NPC rows the ego touched, (K,) int64.
+        ego_walker: Walkers the ego touched, (K,) int64.
+        npc_npc: NPC-NPC contacts, (K, 2) int64 vehicle rows.
+        npc_walker: NPC-walker contacts, (K, 2) int64 (vehicle row, walker).
+    """
+
+    ego_vehicle: np.ndarray
+    ego_walker: np.ndarray
+    npc_npc: np.ndarray
+    npc_walker: np.ndarray
+
+
+def _rows(v: Vehicles, rows) -> Vehicles:
+    return Vehicles(**{f.name: getattr(v, f.name)[rows] for f in fields(v)})
+
+
+class NavWorld:
+    """A town with an ego, N NPC vehicles and M walkers (see the module docstring).
+
+    Attributes:
+        town: The town.
+        vehicles: All vehicles, row 0 the ego.
+        routes: NPC route bookkeeping (rows 1..N of ``vehicles``).
+        walkers: The walkers.
+        held: Connector lane each vehicle holds, (N + 1,) int64, -1 for none.
+        ego_location: The ego's lane, arc length [m] and lateral offset [m].
+        lights: Light state at the end of each lane at the current time, (L,) int8 `Light`.
+        t: Time [s].
+        ticks: Ticks done.
+        counts: Contacts so far: ``ego_vehicle``, ``ego_walker``, ``npc_npc``, ``npc_walker``.
+    """
+
+    def __init__(self, town: str | Town, n_vehicles: int = 0, n_walkers: int = 0, seed: int = 0,
+                 jaywalk_share: float = 0.0, idm: IDMParams = URBAN, dt: float = C.DT):
+        """Place the ego and the NPCs at distinct seeded spawn points, the walkers on sidewalks.
+
+        Args:
+            town: A town name (`carla_gym.sim.town.TOWN_NAMES`) or a built town.
+            n_vehicles: NPC vehicles N, in [0, spawn points - 1].
+            n_walkers: Walkers M, >= 0.
+            seed: Seed of the world's only Generator.
+            jaywalk_share: Share of walkers that jaywalk, in [0, 1].
+            idm: NPC car-following parameters (navigation.md section 4's urban set).
+            dt: Tick length [s], > 0.
+
+        Raises:
+            ValueError: If a count or the share is out of range, dt <= 0, or the town name is unknown.
+        """
+        self.town = get_town(town) if isinstance(town, str) else town
+        spawns = self.town.spawn_points
+        if not 0 <= n_vehicles <= len(spawns) - 1:
+            raise ValueError(f"n_vehicles={n_vehicles!r}: must lie in [0, {len(spawns) - 1}] for {self.town.name}")
+        if n_walkers < 0:
+            raise ValueError(f"n_walkers={n_walkers!r}: must be >= 0")
+        if not dt > 0:
+            raise ValueError(f"dt={dt!r}: must be > 0 [s]")
+        self._static = _static(self.town)
+        self.idm, self.dt = idm, dt
+        self.rng = np.random.default_rng(seed)
+        pick = self.rng.permutation(len(spawns))[:n_vehicles + 1]
+        self.vehicles = make_vehicles(spawns.xy[pick, 0], spawns.xy[pick, 1], spawns.yaw[pick], rng=self.rng)
+        self.routes = start_routes(self._static.lanes, spawns.lane[pick[1:]], spawns.s[pick[1:]], self.rng)
+        self.walkers = spawn_walkers(self._static.sidewalks, n_walkers, self.rng, jaywalk_share)
+        self.held = np.full(n_vehicles + 1, -1, dtype=np.int64)
+        self.ego_location = Location(int(spawns.lane[pick[0]]), float(spawns.s[pick[0]]), 0.0)
+        self.t, self.ticks = 0.0, 0
+        self.lights = light_state(self.town, 0.0)
+        self.counts = {"ego_vehicle": 0, "ego_walker": 0, "npc_npc": 0, "npc_walker": 0}
+        self.route: Route | None = None
+        self._planner_routes: PlannerRoutes | None = None
+        self._planner: PlannerState | None = None
+        self._agent: AgentParams | None = None
+
+    # --- ego helpers -------------------------------------------------------------------------------------------
+
+    def set_goal(self, goal_xy, behavior: str | None = "normal", spacing: float = 2.0) -> Route:
+        """Plan the ego's route to ``goal_xy`` (x, y) [m] and reset its autopilot (`agent_params(behavior)`).
+
+        While a route is set, the ego also asks for the connectors on it (step 2 of the module
+        docstring), as an NPC would.
+
+        Raises:
+            ValueError: As `carla_gym.sim.town.plan_route` (goal off the network or unreachable).
+        """
+        self.route = plan_route(self.town, self.ego_location, goal_xy, spacing)
+        limits = np.array([self.town.lanes[k].speed_limit for k in self.route.lanes]) * C.KMH_PER_MS
+        turns = np.isin(self.route.options, (RoadOption.LEFT, RoadOption.RIGHT))
+        self._planner_routes = make_routes(self.route.waypoints, limits, turns, self.route.yaw)
+        self._planner = PlannerState.start(1)
+        self._agent = agent_params(behavior)
+        return self.route
+
+    def route_done(self) -> bool:
+        """Whether the ego's autopilot has reached the end of its route (False without a route)."""
+        return self._planner is not None and bool(self._planner.index[0] >= self._planner_routes.count[0])
+
+    def _ego_route_s(self) -> tuple[int, float]:
+        """Index of the ego's next waypoint and the ego's distance along its route [m] (approximate)."""
+        r = self._planner_routes
+        i = int(min(self._planner.index[0], r.count[0] - 1))
+        ego = self.vehicles
+        return i, float(r.s[0, i] - np.hypot(r.xy[0, i, 0] - ego.x[0], r.xy[0, i, 1] - ego.y[0]))
+
+    def _ego_next_connector(self) -> tuple[int, float]:
+        """First connector on the ego's route ahead that it does not occupy, and its start's distance [m]."""
+        if self.route is None:
+            return -1, np.inf
+        i, s = self._ego_route_s()
+        lanes = self.route.lanes[max(i - 1, 0):]
+        start = np.flatnonzero(self._static.connector[lanes] & (lanes != self.ego_location.lane))
+        start = start[start > 0] if start.size else start
+        if start.size == 0:
+            return -1, np.inf
+        j = start[0] + max(i - 1, 0)
+        return int(self.route.lanes[j]), float(self._planner_routes.s[0, j] - s)
+
+    def autopilot_control(self) -> tuple[float, float, float]:
+        """Throttle, brake and steer of the ego's navigation agent for this tick (call once per tick).
+
+        Uses `carla_gym.sim.agents.agent_step` on the route of `set_goal`, with obstacles measured
+        from the world (approximate: along the route's waypoints, within `AUTOPILOT_HORIZON`):
+        the nearest NPC whose centre lies within half the two widths plus 0.3 m of a waypoint
+        ahead (bumper gap, its speed); the nearest walker within half the ego's width plus
+        the walker radius plus 0.5 m; the stop line of the next lane end whose light is red, or
+        yellow and still stoppable, and the start of a connector not yet granted to the ego
+        (as a red light), each `AUTOPILOT_STOP_MARGIN` nearer than it is.
+
+        Raises:
+            RuntimeError: If no route was set (`set_goal`).
+        """
+        if self._planner is None:
+            raise RuntimeError("autopilot_control needs a route: call set_goal(goal_xy) first")
+        r, ego = self._planner_routes, self.vehicles
+        i, s_ego = self._ego_route_s()
+        k = np.arange(i, r.count[0])
+        k = k[r.s[0, k] - s_ego <= AUTOPILOT_HORIZON]
+        wp, along = r.xy[0, k], r.s[0, k] - s_ego
+        vehicle_gap, vehicle_speed, walker_gap = np.inf, 0.0, np.inf
+        if len(k) and len(ego) > 1:
+            d = np.hypot(ego.x[1:, None] - wp[None, :, 0], ego.y[1:, None] - wp[None, :, 1])
+            near = d <= 0.5 * (ego.width[0] + ego.width[1:, None]) + 0.3
+            gaps = np.where(near, along[None, :] - 0.5 * (ego.length[0] + ego.length[1:, None]), np.inf).min(axis=1)
+            j = int(np.argmin(gaps))
+            vehicle_gap, vehicle_speed = float(gaps[j]), float(ego.speed[1 + j]) if np.isfinite(gaps[j]) else 0.0
+        if len(k) and len(self.walkers.speed):
+            w = self.walkers.xy
+            d = np.hypot(w[:, 0, None] - wp[None, :, 0], w[:, 1, None] - wp[None, :, 1])
+            near = d <= 0.5 * ego.width[0] + C.WALKER_RADIUS + 0.5
+            walker_gap = float(np.where(near, along[None, :] - 0.5 * ego.length[0], np.inf).min())
+        red_gap = np.inf
+        lanes = self.route.lanes
+        ends = np.flatnonzero(lanes[1:] != lanes[:-1]) + 1
+        ends = ends[ends >= i]
+        speed = float(ego.speed[0])
+        for j in ends[:3]:
+            gap = float(r.s[0, j] - s_ego - 0.5 * ego.length[0])
+            before, after = int(lanes[j - 1]), int(lanes[j])
+            committed = self.held[0] == after
+            light = self.lights[before]
+            stop = light == Light.RED or (light == Light.YELLOW and speed**2 / (2 * STOP_DECELERATION) <= gap)
+            waits = self._static.connector[after] and not committed and after != self.ego_location.lane
+            if (stop and not committed) or waits:
+                red_gap = max(gap - AUTOPILOT_STOP_MARGIN, 0.0)
+                break
+        state = EgoState(ego.x[:1], ego.y[:1], ego.yaw[:1], ego.speed[:1], ego.beta[:1])
+        step = agent_step(self._agent, self._planner, state, r,
+                          Obstacles(np.array([vehicle_gap]), np.array([vehicle_speed]), np.array([walker_gap]),
+                                    np.array([red_gap])))
+        self._planner = step.state
+        return float(step.throttle[0]), float(step.brake[0]), float(step.steer[0])
+
+    # --- the tick -----------------------------------------------------------------------------------------------
+
+    def _junctions(self) -> None:
+        """Hold occupied connectors, release cleared ones, grant requests (module docstring, step 2)."""
+        st, v, r = self._static, self.vehicles, self.routes
+        lane = np.concatenate([[self.ego_location.lane], r.lane])
+        s = np.concatenate([[self.ego_location.s], r.s])
+        on = st.connector[lane]
+        held = np.where(on, lane, self.held)
+        ego_next, ego_dist = self._ego_next_connector()
+        nxt = np.concatenate([[ego_next], r.next_lane])
+        cleared = ~on & (held >= 0) & (held != nxt) & (s - 0.5 * v.length > CLEAR_DISTANCE)
+        held = np.where(cleared, -1, held)
+        rest = np.concatenate([[ego_dist], self._static.lanes.length[r.lane] - r.s]) - 0.5 * v.length
+        light = self.lights[lane]
+        can_stop = v.speed**2 / (2 * STOP_DECELERATION) <= rest
+        light_ok = (light == Light.NONE) | (light == Light.GREEN) | ((light == Light.YELLOW) & ~can_stop)
+        light_ok[0] = True  # the ego's autopilot handles its lights itself
+        asks = (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & (held < 0) & light_ok & (
+            rest <= v.speed * REQUEST_TIME + REQUEST_DISTANCE)
+        loose = np.arange(len(held)) == 0  # the ego: any driver, and the PID autopilot cuts corners
+        self.held = grant(st.conflict, held, np.where(asks, nxt, -1), rest, loose, st.loose_conflict)
+
+    def _npc_controls(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Throttle, brake and steer of the NPCs (module docstring, step 3)."""
+        st, v, r, p = self._static, self.vehicles, self.routes, self.idm
+        n = len(r.lane)
+        lanes = st.lanes
+        lane_all = np.concatenate([[self.ego_location.lane], r.lane])
+        s_all = np.concatenate([[self.ego_location.s], r.s])
+        rest = lanes.length[r.lane] - r.s
+        nxt = r.next_lane
+        nxt2 = np.where(nxt >= 0, st.single_next[np.maximum(nxt, 0)], -1)
+        d = np.where((lane_all[None, :] == r.lane[:, None]) & (s_all[None, :] > r.s[:, None]),
+                     s_all[None, :] - r.s[:, None], np.inf)
+        d = np.minimum(d, np.where((lane_all[None, :] == nxt[:, None]) & (nxt[:, None] >= 0),
+                                   rest[:, None] + s_all[None, :], np.inf))
+        after_next = rest + lanes.length[np.maximum(nxt, 0)]
+        d = np.minimum(d, np.where((lane_all[None, :] == nxt2[:, None]) & (nxt2[:, None] >= 0),
+                                   after_next[:, None] + s_all[None, :], np.inf))
+        d[np.arange(n), np.arange(n) + 1] = np.inf
+        d[d > LEADER_HORIZON] = np.inf
+        lead = np.argmin(d, axis=1) if n else np.zeros(0, dtype=np.int64)
+        npc = _rows(v, slice(1, None))
+        gap = d[np.arange(n), lead] - 0.5 * (npc.length + v.length[lead])
+        lead_speed = np.where(np.isfinite(gap), v.speed[lead], 0.0)
+        # Stop line: red, or yellow and stoppable, unless committed; or waiting for the next connector.
+        end_gap = rest - 0.5 * npc.length - self.town.crosswalk_width - STOP_LINE_MARGIN + p.min_gap
+        bumper = rest - 0.5 * npc.length
+        light = self.lights[r.lane]
+        committed = self.held[1:] == nxt
+        stoppable = npc.speed**2 / (2 * STOP_DECELERATION) <= bumper
+        stop = ((light == Light.RED) | ((light == Light.YELLOW) & stoppable)) & ~committed
+        stop |= (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & ~committed
+        lead_speed = np.where(stop & (end_gap < gap), 0.0, lead_speed)
+        gap = np.where(stop, np.minimum(gap, end_gap), gap)
+        # Slow down for the next lane's curve: a leader at its start driving the curve speed.
+        curve = st.curve_speed[np.maximum(nxt, 0)]
+        slow = (nxt >= 0) & (curve < npc.speed) & (bumper + p.min_gap < gap)
+        lead_speed = np.where(slow, curve, lead_speed)
+        gap = np.where(slow, bumper + p.min_gap, gap)
+        # Walkers in the corridor ahead: standing leaders.
+        if len(self.walkers.speed) and n:
+            dx = self.walkers.xy[None, :, 0] - npc.x[:, None]
+            dy = self.walkers.xy[None, :, 1] - npc.y[:, None]
+            c, s_ = np.cos(npc.yaw)[:, None], np.sin(npc.yaw)[:, None]
+            lon, lat = dx * c + dy * s_, -dx * s_ + dy * c
+            margin = WALKER_MARGIN + np.where(self.walkers.mode == CROSSING, C.LANE_WIDTH, 0.0)
+            inside = (lon > 0) & (lon < WALKER_HORIZON) & (
+                np.abs(lat) < 0.5 * npc.width[:, None] + C.WALKER_RADIUS + margin[None, :])
+            wgap = np.where(inside, lon - 0.5 * npc.length[:, None] - C.WALKER_RADIUS, np.inf).min(axis=1)
+            lead_speed = np.where(wgap < gap, 0.0, lead_speed)
+            gap = np.minimum(gap, wgap)
+        desired = np.minimum(lanes.speed_limit[r.lane], st.curve_speed[r.lane])
+        throttle, brake = pedals_for(idm_acceleration(npc.speed, desired, gap, lead_speed, p))
+        return throttle, brake, pursuit_steer(lanes, r, npc, self.dt)
+
+    def tick(self, throttle: float = 0.0, brake: float = 0.0, steer: float = 0.0) -> TickInfo:
+        """Advance the world by one tick with the ego's controls (module docstring).
+
+        Args:
+            throttle: Ego throttle in [0, 1].
+            brake: Ego brake in [0, 1].
+            steer: Ego steer in [-1, 1], positive to the right.
+
+        Returns:
+            The tick's contacts (also added to ``counts``).
+
+        Raises:
+            ValueError: If a control is out of range.
+        """
+        for name, value, lo in (("throttle", throttle, 0.0), ("brake", brake, 0.0), ("steer", steer, -1.0)):
+            if not lo <= value <= 1.0:
+                raise ValueError(f"{name}={value!r}: must lie in [{lo:g}, 1]")
+        self.lights = light_state(self.town, self.t)
+        self._junctions()
+        t_npc, b_npc, s_npc = self._npc_controls()
+        walkers_before = self.walkers
+        self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt)
+        before = self.vehicles
+        after = step_vehicles(before, np.concatenate([[throttle], t_npc]), np.concatenate([[brake], b_npc]),
+                              np.concatenate([[steer], s_npc]), self.dt)
+        pairs = vehicle_contacts(before, after)
+        hits = walker_contacts(before, after, walkers_before.xy, self.walkers.xy)
+        ego_pair = pairs[:, 0] == 0
+        info = TickInfo(pairs[ego_pair, 1], hits[hits[:, 0] == 0, 1], pairs[~ego_pair], hits[hits[:, 0] > 0])
+        for key, value in zip(self.counts, (len(info.ego_vehicle), len(info.ego_walker), len(info.npc_npc),
+                                            len(info.npc_walker)), strict=True):
+            self.counts[key] += value
+        spawns = self.town.spawn_points
+        routes, npc, _ = advance_routes(self._static.lanes, self.routes, _rows(after, slice(1, None)), self.rng,
+                                        (spawns.lane, spawns.s))
+        respawned = (npc.x != after.x[1:]) | (npc.y != after.y[1:])
+        self.held[1:][respawned] = -1
+        self.routes = routes
+        self.vehicles = Vehicles(**{f.name: np.concatenate([getattr(after, f.name)[:1], getattr(npc, f.name)])
+                                    for f in fields(after)})
+        self._locate_ego()
+        self.t = self.ticks * self.dt + self.dt
+        self.ticks += 1
+        return info
+
+    def _locate_ego(self) -> None:
+        """The ego's lane and s: along its route while it has one, else the nearest lane point."""
+        xy = np.array([self.vehicles.x[0], self.vehicles.y[0]])
+        if self.route is not None:
+            i, _ = self._ego_route_s()
+            lane = int(self.route.lanes[max(i - 1, 0)])
+            s, lateral, _ = self._static.lanes.project(np.array([lane]), xy[None], np.array([self.ego_location.s]),
+                                                       back=8.0, ahead=16.0)
+            if self.ego_location.lane != lane:  # just moved on: search the new lane from its start
+                s, lateral, _ = self._static.lanes.project(np.array([lane]), xy[None], np.array([0.0]),
+                                                           back=8.0, ahead=16.0)
+            self.ego_location = Location(lane, float(np.clip(s[0], 0.0, self._static.lanes.length[lane])),
+                                         float(lateral[0]))
+        else:
+            self.ego_location = locate(self.town, xy)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Copies of every array of the world's state (for determinism checks and snapshots)."""
+        out = {f"vehicles.{f.name}": getattr(self.vehicles, f.name).copy() for f in fields(self.vehicles)}
+        out |= {f"routes.{f.name}": getattr(self.routes, f.name).copy() for f in fields(Routes)}
+        out |= {f"walkers.{f.name}": np.asarray(getattr(self.walkers, f.name)).copy() for f in fields(Walkers)}
+        out["held"] = self.held.copy()
+        out["lights"] = self.lights.copy()
+        return out
