@@ -8,11 +8,12 @@ import pytest
 from carla_gym.sim import constants as C
 from carla_gym.sim.kinematics import NUMPY, SCALAR, EgoState, steer_for_course, step_ego
 from carla_gym.sim.navigation.adapters import CROSSWALK_SNAP, lanes_from_town, sidewalks_from_town
-from carla_gym.sim.navigation.junctions import CONFLICT_DISTANCE, conflicts, grant
+from carla_gym.sim.navigation.junctions import CONFLICT_DISTANCE, conflicts, crosswalk_zones, grant
 from carla_gym.sim.navigation.world import NavWorld
 from carla_gym.sim.town import Light, get_town, plan_route
 from carla_gym.sim.traffic.collision import boxes_overlap
-from carla_gym.sim.traffic.walkers import CROSSING, SIDEWALK
+from carla_gym.sim.traffic.lanes import Lanes
+from carla_gym.sim.traffic.walkers import CROSSING, SIDEWALK, Sidewalks
 
 # --- per-vehicle wheelbase -------------------------------------------------------------------------------------
 
@@ -82,6 +83,18 @@ def test_grant_is_first_come_first_served_with_row_tie_break():
     assert grant(conflict, np.array([2, -1]), np.array([-1, 1]), np.zeros(2)).tolist() == [2, -1]
 
 
+def test_crosswalk_zones_are_the_lane_stretch_within_reach_of_the_walking_line():
+    xs = np.arange(0.0, 100.5, 1.0)
+    lanes = Lanes([np.stack([xs, np.zeros_like(xs)], 1), np.stack([xs, np.full_like(xs, 20.0)], 1)], [[], []])
+    sw = Sidewalks([np.stack([xs, np.full_like(xs, y)], 1) for y in (-7.0, 7.0)], 2.0, [1, 0], [(0, 50.0, 1, 50.0)])
+    z = crosswalk_zones(lanes, sw, 2.0)
+    assert z.shape == (1, 2, 2)
+    assert z[0, 0].tolist() == [48.0, 52.0]  # the points x = 48..52 lie within 2 m of x = 50
+    assert z[0, 1].tolist() == [np.inf, -np.inf]  # y = 20 is beyond the crossing's end at y = 7
+    with pytest.raises(ValueError, match="reach"):
+        crosswalk_zones(lanes, sw, 0.0)
+
+
 # --- the world ---------------------------------------------------------------------------------------------------
 
 
@@ -113,9 +126,13 @@ def test_vehicles_spawn_apart_at_spawn_points(town):
 @pytest.mark.parametrize("town", ["Town05", "Town03"])
 def test_no_npc_contact_with_40_vehicles_over_1000_ticks(town):
     w = NavWorld(town, 40, 20, seed=1)
+    crossings = 0
     for _ in range(1000):
+        before = w.walkers.mode.copy()
         w.tick(0.0, 1.0, 0.0)
+        crossings += int(((w.walkers.mode == CROSSING) & (before != CROSSING)).sum())
     assert w.counts["npc_npc"] == 0 and w.counts["ego_vehicle"] == 0
+    assert w.counts["npc_walker"] == 0 and crossings > 0  # walkers yield at crosswalks, and still cross
     assert w.vehicles.speed[1:].max() > 3.0  # traffic moves
     assert w.ticks == 1000 and w.t == pytest.approx(1000 * C.DT)
 
@@ -124,9 +141,12 @@ def test_no_npc_contact_with_40_vehicles_over_1000_ticks(town):
 @pytest.mark.parametrize("town", ["Town05", "Town03"])
 def test_no_npc_contact_with_40_vehicles_over_10000_ticks(town):
     w = NavWorld(town, 40, 20, seed=2)
+    crossings = 0
     for _ in range(10_000):
+        before = w.walkers.mode.copy()
         w.tick(0.0, 1.0, 0.0)
-    assert w.counts["npc_npc"] == 0
+        crossings += int(((w.walkers.mode == CROSSING) & (before != CROSSING)).sum())
+    assert w.counts["npc_npc"] == 0 and w.counts["npc_walker"] == 0 and crossings > 0
 
 
 def _lone_npc_before_red_light(town_name: str):

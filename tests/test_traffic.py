@@ -19,7 +19,15 @@ from carla_gym.sim.traffic.collision import (
 from carla_gym.sim.traffic.idm import equilibrium_gap, idm_acceleration, pedals_for
 from carla_gym.sim.traffic.lanes import Lanes, advance_routes, drive, find_leaders, place_on_lanes, start_routes
 from carla_gym.sim.traffic.vehicles import Vehicles, make_vehicles, step_vehicles
-from carla_gym.sim.traffic.walkers import CROSSING, SIDEWALK, Sidewalks, spawn_walkers, step_walkers
+from carla_gym.sim.traffic.walkers import (
+    CROSSING,
+    SIDEWALK,
+    WAITING,
+    YIELD_MARGIN,
+    Sidewalks,
+    spawn_walkers,
+    step_walkers,
+)
 
 
 def straight(x0, x1, y=0.0):
@@ -295,3 +303,39 @@ def test_walkers_are_deterministic_with_a_seed():
             w = step_walkers(w, sw, rng, jaywalk_rate=0.2)
         runs.append(w.xy)
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _walker_at_crosswalk(sw):
+    """One walker half a tick's walk before the crosswalk end at s = 50 of sidewalk 0, walking at 1.25 m/s."""
+    w = spawn_walkers(sw, 1, np.random.default_rng(0))
+    w.sidewalk[:], w.s[:], w.direction[:], w.offset[:], w.speed[:] = 0, 50.0 - 0.5 * 1.25 * C.DT, 1.0, 0.0, 1.25
+    return w
+
+
+def test_walkers_wait_at_the_kerb_until_traffic_leaves_their_crossing_time_plus_margin():
+    sw = town_block()
+    need = 14.0 / 1.25 + YIELD_MARGIN  # the crossing runs from y = -7 to y = 7
+    w = step_walkers(_walker_at_crosswalk(sw), sw, np.random.default_rng(1), cross_probability=1.0,
+                     crosswalk_arrival=np.array([0.0]))
+    assert w.mode[0] == WAITING and w.crosswalk[0] == 0
+    np.testing.assert_allclose(w.xy[0], [50.0, -7.0], atol=1e-12)  # standing at the crossing's start
+    for arrival in (0.0, need - 1e-9, need):
+        w = step_walkers(w, sw, np.random.default_rng(2), crosswalk_arrival=np.array([arrival]))
+        assert w.mode[0] == WAITING
+        np.testing.assert_allclose(w.xy[0], [50.0, -7.0], atol=1e-12)
+    w = step_walkers(w, sw, np.random.default_rng(3), crosswalk_arrival=np.array([need + 1e-9]))
+    assert w.mode[0] == CROSSING and w.crosswalk[0] == 0
+    w = step_walkers(w, sw, np.random.default_rng(4), crosswalk_arrival=np.array([0.0]))  # once gone, it goes on
+    np.testing.assert_allclose(w.xy[0], [50.0, -7.0 + 1.25 * C.DT], atol=1e-12)
+    for _ in range(int(14.0 / (1.25 * C.DT)) + 1):
+        w = step_walkers(w, sw, np.random.default_rng(5))
+    assert w.mode[0] == SIDEWALK and w.sidewalk[0] == 1 and w.crosswalk[0] == -1
+
+
+def test_no_traffic_means_no_wait_and_bad_arrivals_raise():
+    sw = town_block()
+    w = step_walkers(_walker_at_crosswalk(sw), sw, np.random.default_rng(1), cross_probability=1.0)
+    assert w.mode[0] == CROSSING
+    for bad in (np.array([-1.0]), np.array([np.nan]), np.zeros(2)):
+        with pytest.raises(ValueError, match="crosswalk_arrival"):
+            step_walkers(w, sw, np.random.default_rng(1), crosswalk_arrival=bad)

@@ -20,6 +20,7 @@ from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.collision import swept_hits
 from carla_gym.sim.control import Controls
 from carla_gym.sim.kinematics import EgoState, step_ego
+from carla_gym.sim.navigation.scenarios import MAX_COORDINATE
 from carla_gym.sim.road import Road
 from carla_gym.sim.scenarios import ScenarioSpec
 from carla_gym.sim.validate import check_number
@@ -36,7 +37,14 @@ ACTION_TYPES = (
 """Upstream action types the embedded simulator executes (the trolley set)."""
 
 NAVIGATION_ACTION_TYPES = ("init_navigation_agent", "set_destination", "follow_route")
-"""Upstream navigation actions; they belong to maze/free-roam scenarios, not modelled yet."""
+"""Upstream navigation actions: they belong to maze/free-roam scenarios (`NavigationCall`,
+`carla_gym.sim.navigation.episode`); `ToolCall` and the trolley `World` refuse them."""
+
+ALL_ACTION_TYPES = ACTION_TYPES + NAVIGATION_ACTION_TYPES
+"""All 10 upstream action types (openenv_carla.md section 4.1)."""
+
+MAX_ROUTE_STEPS = 10_000
+"""Largest ``follow_route`` ``route_steps`` (500 s of ticks; this project's bound, upstream has none)."""
 
 WALKER_TYPE_ID = "walker.pedestrian.0001"
 """CARLA blueprint id reported for every pedestrian (upstream spawns the first walker blueprint)."""
@@ -86,13 +94,29 @@ class ToolCall:
     target_speed_kmh: float | None = None
     brake_intensity: float | None = None
     target_lane_id: str | None = None
+    navigation_behavior: str | None = "normal"
+    destination_x: float | None = None
+    destination_y: float | None = None
+    destination_z: float | None = None
+    route_steps: int | None = 1
+
+    _navigation = False  # class attribute: whether the navigation action types are accepted
 
     def __post_init__(self) -> None:
-        if self.action_type in NAVIGATION_ACTION_TYPES:
+        if self.action_type in NAVIGATION_ACTION_TYPES and not self._navigation:
             raise ValueError(f"action_type={self.action_type!r} is a navigation action; trolley scenarios "
                              f"support {ACTION_TYPES}")
-        if self.action_type not in ACTION_TYPES:
-            raise ValueError(f"action_type={self.action_type!r}: choose one of {ACTION_TYPES}")
+        valid = ALL_ACTION_TYPES if self._navigation else ACTION_TYPES
+        if self.action_type not in valid:
+            raise ValueError(f"action_type={self.action_type!r}: choose one of {valid}")
+        if self.navigation_behavior is not None and not isinstance(self.navigation_behavior, str):
+            raise ValueError(f"navigation_behavior={self.navigation_behavior!r}: must be a string or None")
+        for key in ("destination_x", "destination_y", "destination_z"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, check_number(key, getattr(self, key), -MAX_COORDINATE, MAX_COORDINATE))
+        if self.route_steps is not None:
+            object.__setattr__(self, "route_steps",
+                               check_number("route_steps", self.route_steps, 1, MAX_ROUTE_STEPS, integer=True))
         for key, lo, hi, optional in (("throttle", 0, 1, False), ("steer", -1, 1, False), ("brake", 0, 1, False),
                                       ("target_speed_kmh", 0, 200, True), ("brake_intensity", 0, 1, True)):
             value = getattr(self, key)
@@ -104,6 +128,20 @@ class ToolCall:
             elif not isinstance(self.lane_direction, str) or self.lane_direction.lower() not in ("left", "right"):
                 raise ValueError(f"lane_direction={self.lane_direction!r}: lane_change needs 'left' or 'right' "
                                  "(any case), or a target_lane_id such as 'lane_-1'")
+
+
+@dataclass(frozen=True)
+class NavigationCall(ToolCall):
+    """A `ToolCall` that also accepts the navigation action types (`ALL_ACTION_TYPES`).
+
+    For maze and free-roam episodes (`carla_gym.sim.navigation.episode.NavEpisode`); the trolley
+    `World` refuses the navigation types even in this form.
+
+    Raises:
+        ValueError: As `ToolCall`, with all 10 action types valid.
+    """
+
+    _navigation = True
 
 
 class TickResult(NamedTuple):
@@ -253,7 +291,8 @@ class World:
 
         Raises:
             EpisodeFinishedError: If the episode is done (upstream bug B9: no rewards after done).
-            ValueError: A ``target_lane_id`` more than one lane from the reported lane the car is
+            ValueError: A navigation action type (`NavigationCall`), or a ``target_lane_id`` more than one
+                lane from the reported lane the car is
                 heading for (see `ToolCall`; nothing is changed).
         """
         if self.done:
@@ -261,6 +300,8 @@ class World:
                 f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
             )
         kind = call.action_type
+        if kind in NAVIGATION_ACTION_TYPES:
+            raise ValueError(f"action_type={kind!r} is a navigation action; trolley scenarios support {ACTION_TYPES}")
         if kind == "capture_image":
             return
         ctl = self.controls

@@ -8,6 +8,11 @@ its request is granted until its rear has left the connector by `CLEAR_DISTANCE`
 granted one at a time, nearest to its stop line first, ties to the lower row (deterministic).
 Vehicles on the same connector follow each other (car following), so a connector does not
 conflict with itself.
+
+Crosswalk zones (`crosswalk_zones`): the stretch of each lane whose centreline passes within a reach
+of a crosswalk's walking line, as an arc interval per (crosswalk, lane); the navigation world uses
+them to tell walkers when a vehicle is on or nearing a crosswalk and to stop NPCs before a crosswalk
+with a walker on it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from carla_gym.sim.town import Town
+from carla_gym.sim.traffic.lanes import Lanes
+from carla_gym.sim.traffic.walkers import Sidewalks
 
 CONFLICT_DISTANCE = 2.2 + 0.8
 """Centreline distance [m] under which two connectors conflict: the widest NPC (2.2 m,
@@ -28,6 +35,52 @@ the PID autopilot, which cuts corners by about 1 m in tight turns; measured on T
 CLEAR_DISTANCE = 1.0 + LOOSE_CONFLICT_DISTANCE
 """How far [m] a vehicle's rear must be past a connector's end before it releases it: the conflict
 zone reaches `LOOSE_CONFLICT_DISTANCE` beyond a connector's end, plus 1 m margin (own choice)."""
+
+
+CROSSWALK_ZONE_MARGIN = 0.2
+"""Margin [m] added to a crosswalk's half width and the walker radius for its zone on a lane (own choice:
+small, so that a car at its red-light stop line, 1 m before the crosswalk, stays outside the zone)."""
+
+
+def crosswalk_zones(lanes: Lanes, sidewalks: Sidewalks, reach: float) -> np.ndarray:
+    """Arc interval of every lane within ``reach`` of every crosswalk's walking line.
+
+    The walking line of crosswalk x joins its two ends on the sidewalks (`Sidewalks.crosswalks`).
+    A lane's zone runs from its first to its last centreline point within ``reach`` of that line
+    (lanes are sampled at about 1 m, so the bounds are that exact).
+
+    Args:
+        lanes: The lanes (L of them).
+        sidewalks: The sidewalks with their X crosswalks.
+        reach: Distance [m] from the walking line, > 0 (the navigation world uses half the
+            crosswalk width + `carla_gym.sim.constants.WALKER_RADIUS` + `CROSSWALK_ZONE_MARGIN`).
+
+    Returns:
+        (X, L, 2) float64 ``[start, end]`` arc positions [m]; ``[inf, -inf]`` where a lane does
+        not come within ``reach``.
+
+    Raises:
+        ValueError: If reach <= 0.
+    """
+    if not reach > 0:
+        raise ValueError(f"reach={reach!r}: must be > 0 [m]")
+    cw = sidewalks.crosswalks
+    x, n = len(cw), len(lanes)
+    start = np.full(x * n, np.inf)
+    end = np.full(x * n, -np.inf)
+    if x:
+        a, _ = sidewalks.at(cw[:, 0].astype(np.int64), cw[:, 1])
+        b, _ = sidewalks.at(cw[:, 2].astype(np.int64), cw[:, 3])
+        d = b - a
+        rel = lanes.points[:, None, :] - a[None]  # (P, X, 2)
+        t = np.clip((rel * d[None]).sum(-1) / np.maximum((d * d).sum(-1), 1e-12)[None], 0.0, 1.0)
+        gap = np.hypot(*(rel - t[..., None] * d[None]).transpose(2, 0, 1))
+        point, cross = np.nonzero(gap <= reach)
+        lane = np.repeat(np.arange(n), lanes.count)[point]
+        key = cross * n + lane
+        np.minimum.at(start, key, lanes.arc[point])
+        np.maximum.at(end, key, lanes.arc[point])
+    return np.stack([start, end], axis=-1).reshape(x, n, 2)
 
 
 def conflicts(town: Town, distance: float = CONFLICT_DISTANCE) -> np.ndarray:

@@ -21,13 +21,19 @@ One tick (`NavWorld.tick`), in this order:
    connector already (committed), or when it waits for the grant of its next connector; a
    standing leader at a walker in its corridor ahead (within `WALKER_HORIZON`, straight ahead of
    the car: approximate in curves); and a leader at the next lane's start driving that lane's
-   curve speed (`CURVE_ACCELERATION`) when the car is faster. Steering: pure pursuit
-   (`carla_gym.sim.traffic.lanes.pursuit_steer`).
-4. Walkers step (`carla_gym.sim.traffic.walkers.step_walkers`).
+   curve speed (`CURVE_ACCELERATION`) when the car is faster; a standing leader
+   `CROSSWALK_STOP_MARGIN` before the zone (`carla_gym.sim.navigation.junctions.crosswalk_zones`) of a
+   crosswalk on its current, next or after-next lane while a walker crosses there, unless its front
+   is already in the zone. Steering: pure pursuit (`carla_gym.sim.traffic.lanes.pursuit_steer`).
+4. Walkers step (`carla_gym.sim.traffic.walkers.step_walkers`), told per crosswalk how soon the first
+   vehicle (the ego included) reaches its zone at its current speed along its lanes (0 while a
+   vehicle is in it): a walker who wants to cross waits at the kerb until that time exceeds its
+   crossing time plus `carla_gym.sim.traffic.walkers.YIELD_MARGIN`.
 5. All vehicles step at once with the shared bicycle model, each with its own wheelbase.
 6. Swept contacts over the tick (`carla_gym.sim.traffic.collision`): ego-vehicle, ego-walker,
-   NPC-NPC (the negotiation above keeps it at 0) and NPC-walker (NPCs brake for walkers in their
-   corridor; a jaywalker stepping out right in front of one can still be hit; counted).
+   NPC-NPC (the negotiation above keeps it at 0) and NPC-walker (walkers yield at crosswalks and NPCs
+   stop for walkers on them, which keeps it at 0 without jaywalkers; a jaywalker stepping out within
+   an NPC's stopping distance can still be hit; counted).
 7. NPC routes advance (`carla_gym.sim.traffic.lanes.advance_routes`; a route at a dead end
    respawns at a free spawn point), the ego is located on the lane network, time advances.
 
@@ -55,7 +61,14 @@ from carla_gym.sim.agents import (
 from carla_gym.sim.agents.local_planner import Routes as PlannerRoutes
 from carla_gym.sim.kinematics import EgoState
 from carla_gym.sim.navigation.adapters import lanes_from_town, sidewalks_from_town
-from carla_gym.sim.navigation.junctions import CLEAR_DISTANCE, LOOSE_CONFLICT_DISTANCE, conflicts, grant
+from carla_gym.sim.navigation.junctions import (
+    CLEAR_DISTANCE,
+    CROSSWALK_ZONE_MARGIN,
+    LOOSE_CONFLICT_DISTANCE,
+    conflicts,
+    crosswalk_zones,
+    grant,
+)
 from carla_gym.sim.town import Light, Location, RoadOption, Route, Town, get_town, light_state, locate, plan_route
 from carla_gym.sim.traffic.collision import vehicle_contacts, walker_contacts
 from carla_gym.sim.traffic.idm import URBAN, IDMParams, idm_acceleration, pedals_for
@@ -92,6 +105,10 @@ WALKER_MARGIN = 0.5
 radius (own choice). For a walker on a crossing the corridor is a lane width (`C.LANE_WIDTH`) wider
 still: cars yield to a walker who is crossing towards their path."""
 
+CROSSWALK_STOP_MARGIN = 0.5
+"""Distance [m] before a crosswalk's zone at which an NPC's front bumper stops while a walker crosses there
+(own choice)."""
+
 AUTOPILOT_HORIZON = 50.0
 """Distance along the ego's route [m] searched for vehicles and walkers by `NavWorld.autopilot_control`
 (own choice: the behaviour agent's detection range is at most 70 / 3 m, navigation.md section 2)."""
@@ -112,6 +129,7 @@ class _Static:
     connector: np.ndarray
     curve_speed: np.ndarray
     single_next: np.ndarray
+    crosswalk_zone: np.ndarray
 
 
 @cache
@@ -121,9 +139,11 @@ def _static(town: Town) -> _Static:
         kappa = np.abs(np.diff(np.unwrap(lane.yaw)) / np.diff(lane.s)).max() if len(lane.s) > 1 else 0.0
         curve[lane.id] = min(lane.speed_limit, np.sqrt(CURVE_ACCELERATION / max(kappa, 1e-9)))
     single = np.array([lane.successors[0] if len(lane.successors) == 1 else -1 for lane in town.lanes])
-    return _Static(lanes_from_town(town), sidewalks_from_town(town), conflicts(town),
-                   conflicts(town, LOOSE_CONFLICT_DISTANCE), np.array([lane.is_connector for lane in town.lanes]),
-                   curve, single)
+    lanes, sidewalks = lanes_from_town(town), sidewalks_from_town(town)
+    reach = town.crosswalk_width / 2 + C.WALKER_RADIUS + CROSSWALK_ZONE_MARGIN
+    return _Static(lanes, sidewalks, conflicts(town), conflicts(town, LOOSE_CONFLICT_DISTANCE),
+                   np.array([lane.is_connector for lane in town.lanes]), curve, single,
+                   crosswalk_zones(lanes, sidewalks, reach))
 
 
 @dataclass(frozen=True)
@@ -325,8 +345,50 @@ class NavWorld:
         loose = np.arange(len(held)) == 0  # the ego: any driver, and the PID autopilot cuts corners
         self.held = grant(st.conflict, held, np.where(asks, nxt, -1), rest, loose, st.loose_conflict)
 
-    def _npc_controls(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Throttle, brake and steer of the NPCs (module docstring, step 3)."""
+    def _path_lanes(self) -> np.ndarray:
+        """Current, next and after-next lane of every vehicle (row 0 the ego), (V, 3) int64, -1 unknown.
+
+        NPCs: their routes; the ego: its route's lanes while it has one, else single successors.
+        """
+        st = self._static
+        nxt = self.routes.next_lane
+        npc = np.stack([self.routes.lane, nxt, np.where(nxt >= 0, st.single_next[np.maximum(nxt, 0)], -1)], axis=1)
+        lane = self.ego_location.lane
+        ego = [lane, st.single_next[lane], -1]
+        if self.route is not None:
+            i, _ = self._ego_route_s()
+            seq = self.route.lanes[max(i - 1, 0):]
+            seq = seq[np.r_[True, seq[1:] != seq[:-1]]]
+            seq = list(seq[1:] if seq[0] == lane else seq)[:2]
+            ego = [lane, *seq, -1, -1][:3]
+        elif ego[1] >= 0:
+            ego[2] = st.single_next[ego[1]]
+        return np.concatenate([np.asarray(ego, dtype=np.int64)[None], npc.astype(np.int64)])
+
+    def _crosswalk_gaps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each vehicle's front-bumper distance to each crosswalk zone ahead and whether it is in one.
+
+        Returns:
+            ``(gap, inside)``, (V, X) each: distance [m] along the vehicle's next three lanes from
+            its front bumper to the zone's start (inf: none ahead), and whether the vehicle's
+            footprint (along its lanes) overlaps the zone.
+        """
+        st, v = self._static, self.vehicles
+        path = self._path_lanes()
+        s = np.concatenate([[self.ego_location.s], self.routes.s])
+        length = st.lanes.length
+        base = np.stack([-s, length[path[:, 0]] - s, length[path[:, 0]] - s + length[np.maximum(path[:, 1], 0)]], 1)
+        zone = st.crosswalk_zone[:, np.maximum(path, 0)]  # (X, V, 3, 2)
+        valid = (path >= 0)[None]
+        d = np.where(valid, zone[..., 0] + base[None], np.inf)
+        e = np.where(valid, zone[..., 1] + base[None], -np.inf)
+        half = 0.5 * v.length[None, :, None]
+        inside = ((d <= half) & (e >= -half)).any(axis=2).T
+        gap = np.where(d >= half, d - half, np.inf).min(axis=2).T
+        return gap, inside
+
+    def _npc_controls(self, zone_gap: np.ndarray, zone_inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Throttle, brake and steer of the NPCs (module docstring, step 3); zones from `_crosswalk_gaps`."""
         st, v, r, p = self._static, self.vehicles, self.routes, self.idm
         n = len(r.lane)
         lanes = st.lanes
@@ -375,6 +437,15 @@ class NavWorld:
             wgap = np.where(inside, lon - 0.5 * npc.length[:, None] - C.WALKER_RADIUS, np.inf).min(axis=1)
             lead_speed = np.where(wgap < gap, 0.0, lead_speed)
             gap = np.minimum(gap, wgap)
+        # Crosswalks with a walker on them: a standing leader before the zone.
+        wk = self.walkers
+        occupied = np.bincount(wk.crosswalk[(wk.mode == CROSSING) & (wk.crosswalk >= 0)],
+                               minlength=len(st.sidewalks.crosswalks)) > 0
+        if occupied.any() and n:
+            zgap = np.where(occupied[None] & ~zone_inside[1:], zone_gap[1:], np.inf).min(axis=1)
+            zgap = zgap - CROSSWALK_STOP_MARGIN + p.min_gap
+            lead_speed = np.where(zgap < gap, 0.0, lead_speed)
+            gap = np.minimum(gap, zgap)
         desired = np.minimum(lanes.speed_limit[r.lane], st.curve_speed[r.lane])
         throttle, brake = pedals_for(idm_acceleration(npc.speed, desired, gap, lead_speed, p))
         return throttle, brake, pursuit_steer(lanes, r, npc, self.dt)
@@ -398,9 +469,14 @@ class NavWorld:
                 raise ValueError(f"{name}={value!r}: must lie in [{lo:g}, 1]")
         self.lights = light_state(self.town, self.t)
         self._junctions()
-        t_npc, b_npc, s_npc = self._npc_controls()
+        zone_gap, zone_inside = self._crosswalk_gaps()
+        t_npc, b_npc, s_npc = self._npc_controls(zone_gap, zone_inside)
+        speed = self.vehicles.speed[:, None]
+        eta = np.divide(zone_gap, speed, out=np.full_like(zone_gap, np.inf), where=speed > 0)
+        arrival = np.where(zone_inside, 0.0, eta).min(axis=0, initial=np.inf)
         walkers_before = self.walkers
-        self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt)
+        self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt,
+                                    crosswalk_arrival=arrival)
         before = self.vehicles
         after = step_vehicles(before, np.concatenate([[throttle], t_npc]), np.concatenate([[brake], b_npc]),
                               np.concatenate([[steer], s_npc]), self.dt)

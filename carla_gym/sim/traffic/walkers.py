@@ -9,6 +9,12 @@ point, after which the walker continues on the other sidewalk in a random direct
 flagged as a jaywalker (a seeded share) also leaves its sidewalk at random (``jaywalk_rate`` per
 second) and walks straight to the nearest point of the opposite sidewalk. All randomness comes
 from the Generator passed in.
+
+Yielding at crosswalks: a walker who decides to cross at a crosswalk first waits at the kerb (mode
+`WAITING`, standing at the crossing's start) while a vehicle is on the crosswalk or will reach it
+within the walker's crossing time (crossing length / its speed) plus `YIELD_MARGIN`; the caller
+passes that arrival time per crosswalk (``crosswalk_arrival`` of `step_walkers`). Jaywalkers do not
+yield: one who steps out within a car's stopping distance can still be hit.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ SIDEWALK = 0
 
 CROSSING = 1
 """Mode: crossing (at a crosswalk, or jaywalking) on a straight segment."""
+
+WAITING = 2
+"""Mode: waiting at the kerb (at the crossing's start) for a gap in traffic before crossing."""
+
+YIELD_MARGIN = 2.0
+"""Extra time [s] beyond a walker's own crossing time that the first vehicle must still be away from a
+crosswalk before the walker starts crossing (own choice: about one human reaction and start-up time)."""
 
 
 class Sidewalks(Polylines):
@@ -80,6 +93,8 @@ class Walkers:
         start: Crossing start points [m].
         end: Crossing end points [m].
         jaywalker: Whether the walker jaywalks.
+        crosswalk: Crosswalk (row of `Sidewalks.crosswalks`) the walker waits at or crosses, int64,
+            -1 otherwise (a jaywalker crossing included).
     """
 
     xy: np.ndarray
@@ -93,6 +108,7 @@ class Walkers:
     start: np.ndarray
     end: np.ndarray
     jaywalker: np.ndarray
+    crosswalk: np.ndarray
 
 
 def _sidewalk_pose(sw: Sidewalks, sidewalk, s, direction, offset):
@@ -119,11 +135,12 @@ def spawn_walkers(sw: Sidewalks, n: int, rng: np.random.Generator, jaywalk_share
     jay = rng.random(n) < jaywalk_share
     xy, heading = _sidewalk_pose(sw, sidewalk, s, direction, offset)
     return Walkers(xy, heading, speed, np.zeros(n, dtype=np.int64), sidewalk, s, direction, offset,
-                   xy.copy(), xy.copy(), jay)
+                   xy.copy(), xy.copy(), jay, np.full(n, -1, dtype=np.int64))
 
 
 def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float = C.DT,
-                 cross_probability: float = 0.5, jaywalk_rate: float = 0.02) -> Walkers:
+                 cross_probability: float = 0.5, jaywalk_rate: float = 0.02,
+                 crosswalk_arrival: np.ndarray | None = None) -> Walkers:
     """Advance all walkers by one tick (module docstring). Draws a fixed number of numbers per tick.
 
     Args:
@@ -133,20 +150,33 @@ def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float 
         dt: Tick length [s], > 0.
         cross_probability: Probability of crossing when passing a crosswalk end, in [0, 1].
         jaywalk_rate: Rate [1/s] at which a jaywalker on a sidewalk starts to jaywalk, >= 0.
+        crosswalk_arrival: (X,) float64 [s], one per row of ``sw.crosswalks``: time until the first
+            vehicle reaches each crosswalk (0 while one is on it, inf for none), >= 0. A waiting
+            walker starts crossing once it exceeds its crossing time plus `YIELD_MARGIN`. None:
+            no traffic (nobody waits).
 
     Returns:
         The walkers at the end of the tick.
 
     Raises:
-        ValueError: If dt <= 0, cross_probability is outside [0, 1] or jaywalk_rate < 0.
+        ValueError: If dt <= 0, cross_probability is outside [0, 1], jaywalk_rate < 0, or
+            crosswalk_arrival is not (X,) or has a value < 0 (NaN included).
     """
     if not dt > 0 or not 0 <= cross_probability <= 1 or not jaywalk_rate >= 0:
         raise ValueError(f"dt={dt!r} (> 0), cross_probability={cross_probability!r} ([0, 1]) or "
                          f"jaywalk_rate={jaywalk_rate!r} (>= 0) out of range")
+    cw = sw.crosswalks
+    if crosswalk_arrival is None:
+        arrival = np.full(len(cw), np.inf)
+    else:
+        arrival = np.asarray(crosswalk_arrival, dtype=np.float64)
+        if arrival.shape != (len(cw),) or not (arrival >= 0).all():
+            raise ValueError(f"crosswalk_arrival has shape {arrival.shape} or a value < 0: must be ({len(cw)},) "
+                             "times >= 0 [s]")
     n = len(w.speed)
     u_cross, u_jay, u_dir = rng.random(n), rng.random(n), rng.random(n)
     mode, sidewalk, direction = w.mode.copy(), w.sidewalk.copy(), w.direction.copy()
-    start, end = w.start.copy(), w.end.copy()
+    start, end, crosswalk = w.start.copy(), w.end.copy(), w.crosswalk.copy()
     walking = mode == SIDEWALK
     # On sidewalks: advance, turn back at the ends.
     s_new = w.s + np.where(walking, direction * w.speed * dt, 0.0)
@@ -154,10 +184,9 @@ def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float 
     turn = walking & ((s_new < 0) | (s_new > length))
     s_new = np.where(walking, np.clip(s_new, 0.0, length), w.s)
     direction = np.where(turn, -direction, direction)
-    # Crosswalk ends passed this tick (either end of each crosswalk): (W, X) tests.
+    # Crosswalk ends passed this tick (either end of each crosswalk): (W, X) tests. Deciders wait first.
     new_s = w.s.copy()
     for a, sa, b, sb in ((0, 1, 2, 3), (2, 3, 0, 1)):
-        cw = sw.crosswalks
         passed = walking[:, None] & (sidewalk[:, None] == cw[None, :, a].astype(np.int64)) & (
             (np.minimum(w.s, s_new)[:, None] <= cw[None, :, sa]) & (cw[None, :, sa] <= np.maximum(w.s, s_new)[:, None]))
         first = np.argmax(passed, axis=1)
@@ -166,8 +195,9 @@ def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float 
             c = cw[first[go]]
             start[go], _ = sw.at(c[:, a].astype(np.int64), c[:, sa])
             end[go], _ = sw.at(c[:, b].astype(np.int64), c[:, sb])
-            mode[go], sidewalk[go], new_s[go] = CROSSING, c[:, b].astype(np.int64), c[:, sb]
-    # Jaywalkers leave towards the nearest point of the opposite sidewalk.
+            mode[go], sidewalk[go], new_s[go] = WAITING, c[:, b].astype(np.int64), c[:, sb]
+            crosswalk[go] = first[go]
+    # Jaywalkers leave towards the nearest point of the opposite sidewalk, without waiting.
     jay = (mode == SIDEWALK) & w.jaywalker & (sw.opposite[sidewalk] >= 0) & (u_jay < jaywalk_rate * dt)
     if jay.any():
         target = sw.opposite[sidewalk[jay]]
@@ -178,20 +208,24 @@ def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float 
         end[jay], _ = sw.at(target, ts)
         mode[jay], sidewalk[jay], new_s[jay] = CROSSING, target, ts
     s = np.where(mode == SIDEWALK, s_new, new_s)
-    # Crossing walkers move straight; arrivals rejoin their target sidewalk in a random direction.
     seg = end - start
     seg_len = np.maximum(np.hypot(seg[:, 0], seg[:, 1]), 1e-9)
+    # Waiting walkers go once the crosswalk stays clear for their crossing time plus the margin.
+    clear = (mode == WAITING) & (arrival[np.maximum(crosswalk, 0)] > seg_len / w.speed + YIELD_MARGIN)
+    mode = np.where(clear, CROSSING, mode)
+    # Crossing walkers move straight; arrivals rejoin their target sidewalk in a random direction.
     was_crossing = w.mode == CROSSING
     done = np.hypot(*(w.xy - start).T) + w.speed * dt
     progress = np.where(was_crossing, done, 0.0)
     arrived = was_crossing & (progress >= seg_len)
     mode = np.where(arrived, SIDEWALK, mode)
+    crosswalk = np.where(arrived | jay, -1, crosswalk)
     direction = np.where(arrived, np.where(u_dir < 0.5, -1.0, 1.0), direction)
     sxy, sheading = _sidewalk_pose(sw, sidewalk, s, direction, np.where(mode == SIDEWALK, w.offset, 0.0))
     frac = np.clip(progress / seg_len, 0.0, 1.0)[:, None]
     cxy = np.where(was_crossing[:, None], start + frac * seg, start)
-    crossing = mode == CROSSING
+    off_sidewalk = mode != SIDEWALK
     offset = np.where(arrived, 0.0, w.offset)
-    xy = np.where(crossing[:, None], cxy, sxy)
-    heading = np.where(crossing, np.arctan2(seg[:, 1], seg[:, 0]), sheading)
-    return Walkers(xy, heading, w.speed, mode, sidewalk, s, direction, offset, start, end, w.jaywalker)
+    xy = np.where(off_sidewalk[:, None], cxy, sxy)
+    heading = np.where(off_sidewalk, np.arctan2(seg[:, 1], seg[:, 0]), sheading)
+    return Walkers(xy, heading, w.speed, mode, sidewalk, s, direction, offset, start, end, w.jaywalker, crosswalk)

@@ -1,0 +1,134 @@
+"""Speed of the navigation world (issue 14, not wired into the env yet): ticks/s against highway-fast-v0.
+
+Usage (pin to one core; needs the [bench] extra for the highway-env comparison):
+    taskset -c 1 python benchmarks/bench_nav.py [--seconds 1] [--repeats 3] [--json results.json]
+
+Figures: ticks/s of free_roam_Town05_v20_p10 (a `NavWorld` on Town05 with 20 NPC vehicles and 10
+walkers; state only, nothing rendered) with the ego standing on full brake ("idle": the world's own
+cost) and with the ego on the normal behaviour agent's autopilot (a new goal whenever it arrives);
+highway-fast-v0 steps/s with IDLE actions in the same run and the ratio (issue 14's target: at
+least 50x); reset time per town (world construction plus planning a goal route, warm: each town's
+static tables are built once per process and cached, the first build is reported apart); tick
+cost on Town05 with 0, 10, 20, 40 and 80 NPC vehicles (10 walkers). Each figure is the median of
+--repeats runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from carla_gym.cli_args import HelpFormatter  # noqa: E402
+from carla_gym.sim.navigation.world import NavWorld  # noqa: E402
+from carla_gym.sim.town import TOWN_NAMES, get_town  # noqa: E402
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def _highway_steps_per_second(seconds: float) -> float | None:
+    """highway-fast-v0 steps/s, as `bench_env.highway_steps_per_second` (one definition)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_env", BENCH_DIR / "bench_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.highway_steps_per_second(seconds)
+
+
+def set_random_goal(w: NavWorld, rng: np.random.Generator) -> None:
+    """Give the ego a route to a random reachable spawn point (tries up to 20 of them)."""
+    sp = w.town.spawn_points
+    for k in rng.permutation(len(sp))[:20]:
+        try:
+            w.set_goal(sp.xy[k], "normal")
+            return
+        except ValueError:
+            continue
+    raise RuntimeError(f"no reachable goal found in {w.town.name}")
+
+
+def ticks_per_second(town: str, n_vehicles: int, n_walkers: int, seconds: float, autopilot: bool) -> float:
+    """Ticks/s of one world for about ``seconds`` (ego idle on full brake, or on autopilot)."""
+    w = NavWorld(town, n_vehicles, n_walkers, seed=0)
+    rng = np.random.default_rng(0)
+    if autopilot:
+        set_random_goal(w, rng)
+    ticks, start = 0, time.perf_counter()
+    while True:
+        for _ in range(200):
+            if autopilot:
+                if w.route_done():
+                    set_random_goal(w, rng)
+                w.tick(*w.autopilot_control())
+            else:
+                w.tick(0.0, 1.0, 0.0)
+            ticks += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return ticks / elapsed
+
+
+def reset_seconds(town: str, n: int = 20) -> float:
+    """Mean wall time [s] of building free_roam's world (20 vehicles, 10 walkers) and routing a goal."""
+    start = time.perf_counter()
+    for seed in range(n):
+        w = NavWorld(town, 20, 10, seed=seed)
+        set_random_goal(w, np.random.default_rng(seed))
+    return (time.perf_counter() - start) / n
+
+
+def main() -> dict:
+    """Measure every figure, print them and optionally write them as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.add_argument("--seconds", type=float, default=1.0, help="time per measurement [s]")
+    parser.add_argument("--repeats", type=int, default=3, help="measurements per figure; the median is reported")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    args = parser.parse_args()
+    n, sec = args.repeats, args.seconds
+    med = lambda fn: statistics.median(fn() for _ in range(n))  # noqa: E731
+    results: dict = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+                                f"{platform.python_version()}, numpy {np.__version__}"}
+    first = {}
+    for town in TOWN_NAMES:
+        start = time.perf_counter()
+        try:
+            NavWorld(get_town(town), 0, 0)
+        except ValueError as error:  # Town06 has no sidewalk yet (issue 14, open)
+            first[town] = f"not buildable: {error}"
+            continue
+        first[town] = 1e3 * (time.perf_counter() - start)
+    results["free_roam_Town05_v20_p10_idle_ticks_per_s"] = med(lambda: ticks_per_second("Town05", 20, 10, sec, False))
+    results["free_roam_Town05_v20_p10_autopilot_ticks_per_s"] = med(
+        lambda: ticks_per_second("Town05", 20, 10, sec, True))
+    hw = _highway_steps_per_second(sec)
+    if hw is not None:
+        hw = med(lambda: _highway_steps_per_second(sec))
+        results["highway_fast_v0_steps_per_s"] = hw
+        results["ratio_idle_vs_highway_fast"] = results["free_roam_Town05_v20_p10_idle_ticks_per_s"] / hw
+        results["ratio_autopilot_vs_highway_fast"] = results["free_roam_Town05_v20_p10_autopilot_ticks_per_s"] / hw
+    else:
+        results["highway_fast_v0_steps_per_s"] = "not measured: highway-env is missing (the [bench] extra)"
+    for town in TOWN_NAMES:
+        if isinstance(first[town], float):
+            results[f"reset_ms_{town}"] = 1e3 * med(lambda t=town: reset_seconds(t))
+        results[f"first_static_build_ms_{town}"] = first[town]
+    for nv in (0, 10, 20, 40, 80):
+        results[f"tick_us_Town05_v{nv}_p10"] = 1e6 / med(lambda v=nv: ticks_per_second("Town05", v, 10, sec, False))
+    for key, value in results.items():
+        print(f"{key:48s} {value:,.1f}" if isinstance(value, float) else f"{key:48s} {value}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Success share of the normal behaviour agent driving the ego in every town at four traffic densities.
+
+Usage:
+    python benchmarks/nav_autopilot.py [--seeds 10] [--ticks 1200] [--length 150]
+
+An episode (one seed): a `NavWorld` with N NPC vehicles and M walkers (no jaywalkers); the ego gets
+a goal whose planned route is closest to --length metres among up to 30 random spawn points, and
+drives with `NavWorld.autopilot_control` (the normal behaviour agent). Success: the route is done
+within --ticks ticks (0.05 s each) with no ego contact (vehicle or walker). Issue 14 asks for at
+least 95% on Town05 with 10 vehicles and 5 walkers. Towns the world cannot build yet are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from carla_gym.cli_args import HelpFormatter
+from carla_gym.sim.navigation.world import NavWorld
+from carla_gym.sim.town import TOWN_NAMES, plan_route
+
+DENSITIES = ((0, 0), (5, 3), (10, 5), (20, 10))
+"""(vehicles, walkers) pairs of the table."""
+
+
+def episode(town: str, n_vehicles: int, n_walkers: int, seed: int, ticks: int, length: float) -> str:
+    """One episode's outcome: ``success``, ``collision``, ``timeout`` or ``no_goal``."""
+    w = NavWorld(town, n_vehicles, n_walkers, seed=seed)
+    sp, rng = w.town.spawn_points, np.random.default_rng(seed)
+    best = None
+    for k in rng.permutation(len(sp))[:30]:
+        try:
+            r = plan_route(w.town, w.ego_location, sp.xy[k])
+        except ValueError:
+            continue
+        if best is None or abs(r.length - length) < abs(best[1] - length):
+            best = (sp.xy[k], r.length)
+    if best is None:
+        return "no_goal"
+    w.set_goal(best[0], "normal")
+    for _ in range(ticks):
+        w.tick(*w.autopilot_control())
+        if w.counts["ego_vehicle"] or w.counts["ego_walker"]:
+            return "collision"
+        if w.route_done():
+            return "success"
+    return "timeout"
+
+
+def main() -> None:
+    """Run every town and density over --seeds seeds and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10, help="episodes per town and density")
+    parser.add_argument("--ticks", type=int, default=1200, help="tick budget per episode")
+    parser.add_argument("--length", type=float, default=150.0, help="wanted route length [m]")
+    parser.add_argument("--towns", nargs="*", default=list(TOWN_NAMES))
+    args = parser.parse_args()
+    print(f"{'town':14s}" + "".join(f"{f'v{v}/p{p}':>22s}" for v, p in DENSITIES))
+    for town in args.towns:
+        cells = []
+        for v, p in DENSITIES:
+            try:
+                out = [episode(town, v, p, s, args.ticks, args.length) for s in range(args.seeds)]
+            except ValueError as error:
+                cells = [f"not buildable: {error}"]
+                break
+            ok = out.count("success")
+            cells.append(f"{100 * ok / len(out):.0f}% (c{out.count('collision')} t{out.count('timeout')})")
+        print(f"{town:14s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
