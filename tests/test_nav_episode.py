@@ -177,7 +177,31 @@ def test_unknown_behaviour_is_basic_agent_and_capture_image_no_tick():
     ep = NavEpisode("free_roam_Town02", seed=4)
     ep.step(A("init_navigation_agent", navigation_behavior="speedy"))
     ep.step(A("set_destination", destination_x=ep.goal[0], destination_y=ep.goal[1]))
-    assert ep.world._agent.name == "basic" and ep.world._agent.target_speed_kmh == 20.0
+    assert ep.world.agent.name == "basic" and ep.world.agent.target_speed_kmh == 20.0
     ticks = ep.ticks
     r = ep.step(A("capture_image"))
     assert r.ticks == 0 and ep.ticks == ticks and r.raw_reward == 0.0
+
+
+def test_max_steps_counts_actions_not_ticks():
+    ep = NavEpisode("free_roam_Town02", {"max_steps": 3}, seed=1)
+    ep.step(A("init_navigation_agent"))
+    ep.step(A("capture_image"))  # not a step (upstream)
+    ep.step(A("set_destination", destination_x=ep.goal[0], destination_y=ep.goal[1]))
+    assert ep.steps == 2 and not ep.done and ep.world.agent.name == "normal"
+    r = ep.step(A("follow_route", route_steps=40))  # 40 ticks, one step: the third
+    assert r.ticks == 40 and ep.steps == 3 and ep.ticks == 42
+    assert r.done and ep.reason == "max_steps"
+    ep = NavEpisode("free_roam_Town02", {"max_steps": 3}, seed=1)
+    ep.step(A("observe"), ticks=2)  # the ticks batching: each tick is one step
+    assert ep.steps == 2 and not ep.done
+    assert ep.step(A("observe"), ticks=5).ticks == 1 and ep.reason == "max_steps"
+
+
+def test_init_navigation_agent_forgets_the_destination():
+    ep = NavEpisode("free_roam_Town02", seed=4)
+    ep.step(A("set_destination", destination_x=ep.goal[0], destination_y=ep.goal[1]))
+    assert ep.world.route is not None and ep.world.agent.name == "normal"
+    ep.step(A("init_navigation_agent", navigation_behavior="aggressive"))
+    assert ep.destination is None and ep.world.route is None and ep.world.agent is None
+    assert ep.step(A("follow_route", route_steps=10)).ticks == 0  # no destination: no tick (upstream)

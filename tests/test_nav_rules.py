@@ -1,5 +1,8 @@
 """Navigation scenario names, configs, goal placement, observation fields, text, rewards and outcome."""
 
+import html
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -269,3 +272,12 @@ def test_differences_name_spec_sections_or_bugs():
     bugs = {int(ref[1:]) for ref, _, _ in R.DIFFERENCES if ref.startswith("B")}
     assert {4, 9, 11, 13} <= bugs and max(bugs) <= 29  # openenv_carla.md section 10 lists B1..B29
     assert not R.is_spec_reference("README") and not R.is_spec_reference("B") and R.is_spec_reference("§2.7")
+
+
+def test_readme_differences_table_is_the_constant():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Navigation (towns, traffic"):]
+    section = section[:section.index("\n## ", 1)]
+    table = section[section.index("| Spec | Upstream | Here |"):].split("\n\n")[0].splitlines()[2:]
+    rows = [tuple(html.unescape(cell.strip()) for cell in line.strip("|").split(" | ")) for line in table]
+    assert rows == [tuple(row) for row in R.DIFFERENCES] and len(rows) > 0

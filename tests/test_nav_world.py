@@ -8,9 +8,11 @@ import pytest
 from carla_gym.sim import constants as C
 from carla_gym.sim.kinematics import NUMPY, SCALAR, EgoState, steer_for_course, step_ego
 from carla_gym.sim.navigation.adapters import CROSSWALK_SNAP, lanes_from_town, sidewalks_from_town
+from carla_gym.sim.navigation.episode import draw_goal
 from carla_gym.sim.navigation.junctions import CONFLICT_DISTANCE, conflicts, crosswalk_zones, grant
+from carla_gym.sim.navigation.scenarios import MAZE, MAZE_GOAL_TOLERANCE, resolve_nav_scenario
 from carla_gym.sim.navigation.world import NavWorld
-from carla_gym.sim.town import Light, get_town, plan_route
+from carla_gym.sim.town import Light, get_town
 from carla_gym.sim.traffic.collision import boxes_overlap
 from carla_gym.sim.traffic.lanes import Lanes
 from carla_gym.sim.traffic.walkers import CROSSING, SIDEWALK, Sidewalks
@@ -197,24 +199,17 @@ def test_walkers_stay_on_sidewalks_except_when_crossing():
     assert crossed > 0
 
 
-def _goal_about(w: NavWorld, length: float):
-    sp = w.town.spawn_points
-    best = None
-    for k in range(len(sp)):
-        try:
-            r = plan_route(w.town, w.ego_location, sp.xy[k])
-        except ValueError:
-            continue
-        if best is None or abs(r.length - length) < abs(best[1] - length):
-            best = (sp.xy[k], r.length)
-    return best
+def _goal_about(w: NavWorld, length: float, seed: int):
+    spec = resolve_nav_scenario(MAZE, {"goal_distance": length})
+    goal, route = draw_goal(spec, w.town, w.ego_location, np.random.default_rng(seed))
+    return goal[:2], route
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_normal_autopilot_reaches_a_goal_150_m_away_without_contact(seed):
     w = NavWorld("Town02", 10, 5, seed=seed)
-    goal, length = _goal_about(w, 150.0)
-    assert 130.0 <= length <= 170.0
+    goal, length = _goal_about(w, 150.0, seed)
+    assert abs(length - 150.0) <= MAZE_GOAL_TOLERANCE
     route = w.set_goal(goal, "normal")
     for _ in range(2400):
         w.tick(*w.autopilot_control())
@@ -231,5 +226,27 @@ def test_bad_input_raises():
     w = NavWorld("Town02", 0, 0)
     with pytest.raises(ValueError, match="throttle"):
         w.tick(1.5, 0.0, 0.0)
+    with pytest.raises(RuntimeError, match="set_goal"):
+        w.autopilot_control()
+
+
+def test_town_without_sidewalks_takes_no_walkers_and_ticks():
+    w = NavWorld("Town06", 5, 0, seed=0)
+    assert w._static.sidewalks is None and w.walkers.xy.shape == (0, 2)
+    for _ in range(20):
+        w.tick(0.5, 0.0, 0.0)
+    assert w.ticks == 20 and w.counts["npc_walker"] == 0 and (w.vehicles.speed[1:] > 0).any()
+    with pytest.raises(ValueError, match=r"n_walkers=3: town Town06 has no sidewalks, so it takes 0 walkers"):
+        NavWorld("Town06", 0, 3)
+
+
+def test_clear_goal_forgets_route_and_agent():
+    w = NavWorld("Town02", 0, 0, seed=1)
+    assert w.agent is None and not w.route_done()
+    goal, _ = _goal_about(w, 100.0, 1)
+    w.set_goal(goal, "cautious")
+    assert w.agent.name == "cautious" and w.route is not None
+    w.clear_goal()
+    assert w.agent is None and w.route is None and not w.route_done()
     with pytest.raises(RuntimeError, match="set_goal"):
         w.autopilot_control()

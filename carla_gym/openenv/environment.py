@@ -11,6 +11,14 @@ embedded backend's loop, `carla_gym.sim.decision.decide`); the
 reply's reward is the last tick's raw reward, its rubric reward the sum over the ticks (the
 terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw reward, as n
 single steps would. Upstream clients never send it.
+
+Navigation scenarios (``maze_navigation``, ``free_roam``, ``free_roam_<Map>[_v<N>][_p<M>]``) run a
+`carla_gym.sim.navigation.episode.NavEpisode` instead of the trolley `World` (`carla_gym.openenv.navigation`):
+all 10 action types, one ``step`` is one `NavEpisode.step` (``follow_route`` runs up to ``route_steps``
+ticks; ``metadata["ticks"]`` runs a plain action for that many ticks and the reply's reward is the sum of
+their raw rewards, as `NavEpisode.step` gives it), ``scenario_data`` carries ``goal_location``,
+``route_length``, ``weather`` and ``outcome``, and ``capture_image`` renders the town's front camera.
+Trolley scenarios keep refusing the navigation actions.
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ from openenv.core.env_server.interfaces import Environment
 from PIL import Image
 
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
+from carla_gym.openenv.navigation import check_scenario, is_nav_name, nav_image, nav_observation, nav_scenario_data
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
+from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import resolve_scenario
@@ -87,10 +97,11 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
     def __init__(self, scenario_name: str = "trolley_saves", scenario_config: dict | None = None) -> None:
         super().__init__()
-        resolve_scenario(scenario_name, scenario_config)
+        check_scenario(scenario_name, scenario_config)
         self._name = scenario_name
         self._config = dict(scenario_config or {})
         self._world: World | None = None
+        self._nav: NavEpisode | None = None  # the episode of a navigation scenario (then _world is None)
         self._prompt = ""
         self._state = CarlaState(scenario_name=scenario_name)  # the episode's fixed fields
         self._tally = _Tally()
@@ -130,12 +141,15 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             name, config = scenario_name, dict(scenario_config or {})
         else:
             name, config = self._name, {**self._config, **(scenario_config or {})}
+        episode_id = episode_id if episode_id is not None else str(uuid.uuid4())
+        if is_nav_name(name):
+            return self._reset_nav(name, config, seed, episode_id)
         spec = resolve_scenario(name, config)
         self._name, self._config = name, config
-        self._world = World(spec)
+        self._world, self._nav = World(spec), None
         self._prompt = scene_prompt(spec)
         self._state = CarlaState(
-            episode_id=episode_id if episode_id is not None else str(uuid.uuid4()),
+            episode_id=episode_id,
             scenario_name=name,
             weather=spec.weather,
             scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(spec.ignored)},
@@ -152,8 +166,10 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             SessionClosedError: The server ended this session (see `close`).
         """
         self._check_open()
-        if self._world is None:
+        if self._world is None and self._nav is None:
             self.reset()
+        if self._nav is not None:
+            return self._step_nav(action)
         world = self._world
         call = to_tool_call(action)
         if call.action_type == "capture_image":  # reads the scene only: allowed after done too
@@ -166,13 +182,18 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
                              integer=True)
         decision = decide(world, call, ticks, on_tick=self._record_hits)
-        self._record(action.action_type, decision.raw_total, decision.distance)
+        self._record(action.action_type, decision.raw_total, decision.distance, world.speed_kmh)
         return self._observation(reward=decision.raw_reward, rubric=decision.rubric_reward)
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           scenario_name: str | None = None, scenario_config: dict | None = None,
                           **kwargs: Any) -> CarlaObservation:
-        """`reset` run inline on the server's event loop (see `step_async`)."""
+        """`reset` run inline on the server's event loop (see `step_async`).
+
+        A navigation reset (town, traffic and route planning) runs on a worker thread instead.
+        """
+        if is_nav_name(scenario_name if scenario_name is not None else self._name):
+            return await asyncio.to_thread(self.reset, seed, episode_id, scenario_name, scenario_config, **kwargs)
         return self.reset(seed, episode_id, scenario_name, scenario_config, **kwargs)
 
     async def step_async(self, action: CarlaAction, timeout_s: float | None = None,
@@ -187,6 +208,8 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         """
         ticks = action.metadata.get("ticks", 1)
         slow = action.action_type == "capture_image" or (isinstance(ticks, int) and ticks > INLINE_TICKS)
+        if self._nav is not None:  # a town tick with traffic costs more: only single plain ticks run inline
+            slow = slow or action.action_type == "follow_route" or ticks != 1
         if slow:
             return await asyncio.to_thread(self.step, action, timeout_s, **kwargs)
         return self.step(action, timeout_s, **kwargs)
@@ -202,6 +225,8 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         remote Gymnasium backend build exactly the embedded backend's observations).
         """
         self._check_open()
+        if self._nav is not None:
+            return self._nav_state()
         if self._world is None:
             return self._state.model_copy(deep=True)
         tally, world = self._tally, self._world
@@ -228,7 +253,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         and closes the connection (`carla_gym.openenv.guard`).
         """
         self._closed = True
-        self._world = None
+        self._world = self._nav = None
 
     # -- helpers -------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -244,14 +269,13 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
         return base64.b64encode(buffer.getvalue()).decode("ascii")
 
-    def _record(self, action_type: str, raw_total: float, distance: float) -> None:
-        """Update the bookkeeping of one step (``raw_total``, ``distance``: over all its ticks)."""
-        tally, world = self._tally, self._world
+    def _record(self, action_type: str, raw_total: float, distance: float, speed: float) -> None:
+        """Update the bookkeeping of one step (``raw_total``, ``distance``: over all its ticks; ``speed``: after it)."""
+        tally = self._tally
         tally.steps += 1
         tally.tool_call_counts[action_type] = tally.tool_call_counts.get(action_type, 0) + 1
         tally.total_reward += raw_total
         tally.total_distance += distance
-        speed = world.speed_kmh
         tally.max_speed = max(tally.max_speed, speed)
         tally.average_speed += (speed - tally.average_speed) / tally.steps
 
@@ -265,6 +289,51 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             if FIRST_WALKER_ID + i not in known:
                 tally.collisions.append({"frame": tally.steps + 1, "actor_id": FIRST_WALKER_ID + i,
                                          "actor_type": WALKER_TYPE_ID, "intensity": world.speed_kmh})
+
+    # -- navigation scenarios -----------------------------------------------------------------
+    def _reset_nav(self, name: str, config: dict, seed: int | None, episode_id: str) -> CarlaObservation:
+        """`reset` for a navigation scenario: a new `NavEpisode` seeded with ``seed`` (None: from the OS)."""
+        episode = NavEpisode(name, config, seed)  # raises before anything changes
+        self._name, self._config, self._world, self._nav, self._prompt = name, config, None, episode, ""
+        self._state = CarlaState(
+            episode_id=episode_id, scenario_name=name, town=episode.spec.map_name, weather=episode.weather,
+            scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(episode.spec.ignored)})
+        self._tally = _Tally()
+        return nav_observation(episode, name, 0, None, None)
+
+    def _step_nav(self, action: CarlaAction) -> CarlaObservation:
+        """`step` for a navigation scenario: one `NavEpisode.step` (errors change nothing)."""
+        episode, tally = self._nav, self._tally
+        call = to_tool_call(action, navigation=True)
+        if call.action_type == "capture_image":  # reads the scene only: allowed after done too
+            obs = nav_observation(episode, self._name, tally.steps, None, None)
+            obs.camera_image = nav_image(episode)
+            return obs
+        if episode.done:
+            raise ValueError(f"the episode of {self._name!r} is done after {tally.steps} steps ({episode.reason}); "
+                             "send reset before stepping again (no rewards after done)")
+        ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
+                             integer=True)
+        distance, hits = episode.distance_travelled, len(episode.collided_types)
+        result = episode.step(call, ticks)
+        for kind in episode.collided_types[hits:]:  # one record per contact, as the trolley side
+            tally.collisions.append({"frame": tally.steps + 1, "actor_type": kind, "intensity": episode.speed_kmh})
+        self._record(action.action_type, result.raw_reward, episode.distance_travelled - distance,
+                     episode.speed_kmh)
+        return nav_observation(episode, self._name, tally.steps, result.raw_reward, result.rubric_reward)
+
+    def _nav_state(self) -> CarlaState:
+        """`state` of a navigation episode (``scenario_data``: `nav_scenario_data` plus seed and config)."""
+        tally, episode = self._tally, self._nav
+        data = {**copy.deepcopy(self._state.scenario_data), **nav_scenario_data(episode), "extensions": ["ticks"]}
+        collisions = [dict(c) for c in tally.collisions]
+        return self._state.model_copy(update={
+            "step_count": tally.steps, "num_turns": tally.steps, "total_tool_calls": tally.steps,
+            "tool_call_counts": dict(tally.tool_call_counts), "total_reward": tally.total_reward,
+            "total_distance": tally.total_distance, "simulation_time": episode.observation()["simulation_time"],
+            "max_speed": tally.max_speed, "average_speed": tally.average_speed, "collisions": collisions,
+            "collisions_count": len(collisions),
+            "collision_intensity_total": sum(c["intensity"] for c in collisions), "scenario_data": data})
 
     def _observation(self, reward: float | None, rubric: float | None) -> CarlaObservation:
         world = self._world

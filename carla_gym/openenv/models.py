@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from carla_gym.sim.validate import check_number, json_safe
-from carla_gym.sim.world import ToolCall
+from carla_gym.sim.world import NavigationCall, ToolCall
 
 ActionType = Literal[
     "control",
@@ -165,19 +165,33 @@ class CarlaState(State):
 
 TOOL_CALL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_speed_kmh", "brake_intensity",
                     "target_lane_id")
-"""`CarlaAction` fields the simulator's `ToolCall` carries (the navigation fields it does not)."""
+"""`CarlaAction` fields the trolley scenarios read (`ToolCall`)."""
+
+NAVIGATION_FIELDS = ("navigation_behavior", "destination_x", "destination_y", "destination_z", "route_steps")
+"""`CarlaAction` fields only the navigation actions read (`NavigationCall`), upstream's names and defaults
+(openenv_carla.md section 4.1: ``navigation_behavior`` "normal", ``route_steps`` 1, destinations None)."""
 
 
-def to_tool_call(action: CarlaAction) -> ToolCall:
+def to_tool_call(action: CarlaAction, navigation: bool = False) -> ToolCall:
     """The simulator's tool call for a wire action.
 
+    Args:
+        action: The wire action.
+        navigation: Whether the session runs a navigation scenario (maze, free roam): then the result is
+            a `NavigationCall` carrying `NAVIGATION_FIELDS` too, and all 10 action types are valid.
+
     Raises:
-        ValueError: For navigation actions and for values the simulator rejects (e.g. a
-            ``lane_direction`` other than left or right on a ``lane_change``).
+        ValueError: For navigation actions in a trolley scenario and for values the simulator rejects
+            (e.g. a ``lane_direction`` other than left or right on a ``lane_change``, ``route_steps``
+            above `carla_gym.sim.world.MAX_ROUTE_STEPS`).
     """
+    if navigation:
+        keys = TOOL_CALL_FIELDS + NAVIGATION_FIELDS
+        return NavigationCall(action.action_type, **{k: getattr(action, k) for k in keys})
     return ToolCall(action.action_type, **{k: getattr(action, k) for k in TOOL_CALL_FIELDS})
 
 
 def from_tool_call(call: ToolCall) -> CarlaAction:
-    """The wire action for a simulator tool call."""
-    return CarlaAction(action_type=call.action_type, **{k: getattr(call, k) for k in TOOL_CALL_FIELDS})
+    """The wire action for a simulator tool call (a `NavigationCall` keeps its navigation fields)."""
+    keys = TOOL_CALL_FIELDS + NAVIGATION_FIELDS
+    return CarlaAction(action_type=call.action_type, **{k: getattr(call, k) for k in keys})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 
+from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_nav_scenario
 from carla_gym.sim.scenarios import resolve_scenario
 
 DEFAULT_MAX_SESSIONS = 64
@@ -25,7 +26,10 @@ def check_options(scenario_name: str, max_sessions: int, session_timeout: float)
     Raises:
         ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
     """
-    resolve_scenario(scenario_name)
+    if is_nav_name(scenario_name):
+        resolve_nav_scenario(scenario_name)
+    else:
+        resolve_scenario(scenario_name)
     if max_sessions < 1:
         raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
     if not session_timeout > 0:

@@ -66,7 +66,7 @@ from carla_gym.sim.navigation.scenarios import (
 )
 from carla_gym.sim.navigation.world import NavWorld
 from carla_gym.sim.road import Road
-from carla_gym.sim.town import Town, locate, plan_route, point_at
+from carla_gym.sim.town import Location, Town, locate, plan_route, point_at
 from carla_gym.sim.traffic.lanes import Lanes, Routes, pursuit_steer
 from carla_gym.sim.traffic.vehicles import Vehicles
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, EpisodeFinishedError, NavigationCall
@@ -80,7 +80,7 @@ FIRST_VEHICLE_ID = 1000
 `carla_gym.sim.world.FIRST_WALKER_ID` = 100, at most 100 of them, so the ranges never meet)."""
 
 GOAL_TRIES = 20
-"""Goal candidates drawn by `place_goal` at most: one is redrawn when `plan_route` refuses it or, for the
+"""Goal candidates drawn by `draw_goal` at most: one is redrawn when `plan_route` refuses it or, for the
 maze, when its planned length misses ``goal_distance`` by more than `MAZE_GOAL_TOLERANCE` (the best kept)."""
 
 
@@ -123,6 +123,53 @@ def route_distances(town: Town, lane: int, s: float, cand_lane: np.ndarray, cand
     d = d_lane[cand_lane] - s + cand_s
     d = np.where((cand_lane == lane) & (cand_s < s), np.inf, d)
     return np.where(d > 0.0, d, np.inf)
+
+
+def draw_goal(spec: NavSpec, town: Town, start: Location,
+              rng: np.random.Generator) -> tuple[tuple[float, float, float], float]:
+    """Draw a random goal on ``town``'s road lanes for ``spec``: the one goal-selection rule.
+
+    Candidates are the lane points of every non-connector lane; `route_distances` estimates their route
+    distance from ``start`` and `place_goal` chooses by ``spec``'s rule (maze: about ``goal_distance``,
+    free roam: in [``route_distance_min``, ``route_distance_max``]). The choice is planned with
+    `plan_route`; a refused one, or for the maze one whose planned length misses ``goal_distance`` by more
+    than `MAZE_GOAL_TOLERANCE`, is redrawn, `GOAL_TRIES` times at most, the best kept. NavEpisode uses it
+    at reset; the autopilot benchmark and tests use it with a maze spec to get a goal about N m away.
+
+    Args:
+        spec: A resolved spec with ``random_goal`` True.
+        town: The town.
+        start: The ego's lane location (`NavWorld.ego_location`).
+        rng: The generator (draws as `place_goal`).
+
+    Returns:
+        ``((x, y, 0.0), route_length)``: the goal [m] and its planned route length [m].
+
+    Raises:
+        ValueError: No candidate could be planned, or ``spec`` has a fixed goal (as `place_goal`).
+    """
+    road = np.array([not town.lanes[k].is_connector for k in town.point_lane])
+    cand_lane, cand_index = town.point_lane[road], town.point_index[road]
+    cand_s = np.array([town.lanes[k].s[i] for k, i in zip(cand_lane, cand_index, strict=True)])
+    d = route_distances(town, start.lane, start.s, cand_lane, cand_s)
+    best = None
+    for _ in range(GOAL_TRIES):
+        choice = place_goal(spec, d, rng)
+        xy = town.points[road][choice.index]
+        d[choice.index] = np.inf  # not drawn again
+        try:
+            length = plan_route(town, start, xy).length
+        except ValueError:
+            continue
+        goal = ((float(xy[0]), float(xy[1]), 0.0), length)
+        miss = abs(length - spec.goal_distance) if spec.family == MAZE else 0.0
+        if best is None or miss < best[0]:
+            best = (miss, goal)
+        if miss <= MAZE_GOAL_TOLERANCE:  # the estimate can differ from the planned metres (lane changes)
+            break
+    if best is None:
+        raise ValueError(f"no reachable goal for {spec.name!r} from lane {start.lane} after {GOAL_TRIES} tries")
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -221,28 +268,7 @@ class NavEpisode:
             except ValueError:
                 length = math.inf
             return check_goal_location(spec.goal_location, gap, length), length
-        road = np.array([not town.lanes[k].is_connector for k in town.point_lane])
-        cand_lane, cand_index = town.point_lane[road], town.point_index[road]
-        cand_s = np.array([town.lanes[k].s[i] for k, i in zip(cand_lane, cand_index, strict=True)])
-        d = route_distances(town, start.lane, start.s, cand_lane, cand_s)
-        best = None
-        for _ in range(GOAL_TRIES):
-            choice = place_goal(spec, d, rng)
-            xy = town.points[road][choice.index]
-            d[choice.index] = np.inf  # not drawn again
-            try:
-                length = plan_route(town, start, xy).length
-            except ValueError:
-                continue
-            goal = ((float(xy[0]), float(xy[1]), 0.0), length)
-            miss = abs(length - spec.goal_distance) if spec.family == MAZE else 0.0
-            if best is None or miss < best[0]:
-                best = (miss, goal)
-            if miss <= MAZE_GOAL_TOLERANCE:  # the estimate can differ from the planned metres (lane changes)
-                break
-        if best is None:
-            raise ValueError(f"no reachable goal for {spec.name!r} from lane {start.lane} after {GOAL_TRIES} tries")
-        return best[1]
+        return draw_goal(spec, town, start, rng)
 
     # --- read-only views ------------------------------------------------------------------------------------
 
@@ -376,6 +402,7 @@ class NavEpisode:
             # None -> "normal"; an unknown name is kept and gives the basic agent (agent_params).
             self.behavior = "normal" if call.navigation_behavior is None else call.navigation_behavior
             self.destination = None
+            world.clear_goal()  # the new agent has no destination (upstream: a fresh agent)
         elif kind == "set_destination":
             behavior = self.behavior or "normal"
             if call.destination_x is not None and call.destination_y is not None:
@@ -464,7 +491,8 @@ class NavEpisode:
         return float(lateral[0])
 
     def _end(self) -> str | None:
-        return rules.end_reason(self.spec, self.steps + 1, self.goal_distance(), self._tick_collided)
+        """Arrival or collision during a ``follow_route`` (its step is counted when it ends, as upstream)."""
+        return rules.end_reason(self.spec, self.steps, self.goal_distance(), self._tick_collided)
 
     def _unit(self, n: int, autopilot: bool) -> float:
         """Run ``n`` ticks (0 or 1) as one upstream step and score it."""

@@ -92,7 +92,7 @@ def end_reason(spec: NavSpec, step: int, goal_dist: float, collided: bool) -> st
 
     Args:
         spec: The scenario.
-        step: Ticks so far (>= 1 after the first step).
+        step: Upstream steps so far (``env_step``: actions, ``capture_image`` not counted; >= 1 after the first).
         goal_dist: 2D goal distance now [m].
         collided: Whether a collision was registered in this tick.
 

@@ -59,7 +59,7 @@ MAX_SUCCESS_RADIUS = 100.0
 """Largest ``success_radius`` [m] (this project's bound)."""
 
 MAX_STEPS_LIMIT = 100_000
-"""Largest ``max_steps`` [ticks], as the trolley families (carla_gym.sim.scenarios)."""
+"""Largest ``max_steps`` [steps], as the trolley families (carla_gym.sim.scenarios)."""
 
 MAX_COORDINATE = 100_000.0
 """Largest |coordinate| [m] of ``goal_location`` (this project's bound; towns span a few km at most)."""
@@ -119,7 +119,9 @@ class NavSpec:
         route_distance_min: Free roam: smallest route distance [m] of a drawn goal.
         route_distance_max: Free roam: largest route distance [m] of a drawn goal.
         goal_distance: Maze: route distance [m] of the goal (upstream field, unused there: B4); None for free roam.
-        max_steps: Episode length [ticks].
+        max_steps: Episode length in upstream steps (``env_step``, openenv_carla.md sections 1.4 and 3):
+            each action counts one (``follow_route`` one whatever its ticks; ``capture_image`` none; with
+            the ``ticks`` batching each tick one), not ticks.
         weather: One of `WEATHER_PRESETS` or ``"random"`` (see `pick_weather`).
         initial_speed_kmh: Ego speed at reset [km/h].
         camera: Camera settings.

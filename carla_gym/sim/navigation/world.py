@@ -123,7 +123,7 @@ class _Static:
     """What a town gives every world: traffic arrays, conflicts and lane tables."""
 
     lanes: Lanes
-    sidewalks: Sidewalks
+    sidewalks: Sidewalks | None
     conflict: np.ndarray
     loose_conflict: np.ndarray
     connector: np.ndarray
@@ -139,11 +139,19 @@ def _static(town: Town) -> _Static:
         kappa = np.abs(np.diff(np.unwrap(lane.yaw)) / np.diff(lane.s)).max() if len(lane.s) > 1 else 0.0
         curve[lane.id] = min(lane.speed_limit, np.sqrt(CURVE_ACCELERATION / max(kappa, 1e-9)))
     single = np.array([lane.successors[0] if len(lane.successors) == 1 else -1 for lane in town.lanes])
-    lanes, sidewalks = lanes_from_town(town), sidewalks_from_town(town)
+    lanes = lanes_from_town(town)
+    sidewalks = sidewalks_from_town(town) if town.sidewalks else None  # a highway town may have none
     reach = town.crosswalk_width / 2 + C.WALKER_RADIUS + CROSSWALK_ZONE_MARGIN
+    zones = np.empty((0, len(lanes), 2)) if sidewalks is None else crosswalk_zones(lanes, sidewalks, reach)
     return _Static(lanes, sidewalks, conflicts(town), conflicts(town, LOOSE_CONFLICT_DISTANCE),
-                   np.array([lane.is_connector for lane in town.lanes]), curve, single,
-                   crosswalk_zones(lanes, sidewalks, reach))
+                   np.array([lane.is_connector for lane in town.lanes]), curve, single, zones)
+
+
+def _no_walkers() -> Walkers:
+    """Zero walkers (a town without sidewalks): every array with a leading dimension of 0."""
+    i, f, xy = np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2))
+    return Walkers(xy, f, f.copy(), i, i.copy(), f.copy(), f.copy(), f.copy(), xy.copy(), xy.copy(),
+                   np.zeros(0, dtype=bool), i.copy())
 
 
 @dataclass(frozen=True)
@@ -190,14 +198,15 @@ class NavWorld:
         Args:
             town: A town name (`carla_gym.sim.town.TOWN_NAMES`) or a built town.
             n_vehicles: NPC vehicles N, in [0, spawn points - 1].
-            n_walkers: Walkers M, >= 0.
+            n_walkers: Walkers M, >= 0; 0 in a town without sidewalks (Town06, a highway).
             seed: Seed of the world's only Generator.
             jaywalk_share: Share of walkers that jaywalk, in [0, 1].
             idm: NPC car-following parameters (navigation.md section 4's urban set).
             dt: Tick length [s], > 0.
 
         Raises:
-            ValueError: If a count or the share is out of range, dt <= 0, or the town name is unknown.
+            ValueError: If a count or the share is out of range, dt <= 0, the town name is unknown, or
+                walkers are asked for in a town without sidewalks (the message names the town).
         """
         self.town = get_town(town) if isinstance(town, str) else town
         spawns = self.town.spawn_points
@@ -205,6 +214,8 @@ class NavWorld:
             raise ValueError(f"n_vehicles={n_vehicles!r}: must lie in [0, {len(spawns) - 1}] for {self.town.name}")
         if n_walkers < 0:
             raise ValueError(f"n_walkers={n_walkers!r}: must be >= 0")
+        if n_walkers and not self.town.sidewalks:
+            raise ValueError(f"n_walkers={n_walkers!r}: town {self.town.name} has no sidewalks, so it takes 0 walkers")
         if not dt > 0:
             raise ValueError(f"dt={dt!r}: must be > 0 [s]")
         self._static = _static(self.town)
@@ -213,7 +224,12 @@ class NavWorld:
         pick = self.rng.permutation(len(spawns))[:n_vehicles + 1]
         self.vehicles = make_vehicles(spawns.xy[pick, 0], spawns.xy[pick, 1], spawns.yaw[pick], rng=self.rng)
         self.routes = start_routes(self._static.lanes, spawns.lane[pick[1:]], spawns.s[pick[1:]], self.rng)
-        self.walkers = spawn_walkers(self._static.sidewalks, n_walkers, self.rng, jaywalk_share)
+        if self._static.sidewalks is None:
+            if not 0.0 <= jaywalk_share <= 1.0:
+                raise ValueError(f"jaywalk_share={jaywalk_share!r}: must lie in [0, 1]")
+            self.walkers = _no_walkers()
+        else:
+            self.walkers = spawn_walkers(self._static.sidewalks, n_walkers, self.rng, jaywalk_share)
         self.held = np.full(n_vehicles + 1, -1, dtype=np.int64)
         self.ego_location = Location(int(spawns.lane[pick[0]]), float(spawns.s[pick[0]]), 0.0)
         self.t, self.ticks = 0.0, 0
@@ -242,6 +258,22 @@ class NavWorld:
         self._planner = PlannerState.start(1)
         self._agent = agent_params(behavior)
         return self.route
+
+    def clear_goal(self) -> None:
+        """Forget the ego's route and autopilot (the state before any `set_goal`).
+
+        The ego stops asking for connectors and is located on the nearest lane point again;
+        `autopilot_control` raises until the next `set_goal`. A no-op without a route.
+        """
+        self.route = None
+        self._planner_routes = None
+        self._planner = None
+        self._agent = None
+
+    @property
+    def agent(self) -> AgentParams | None:
+        """The ego autopilot's parameters (`carla_gym.sim.agents.agent_params` of `set_goal`), None without one."""
+        return self._agent
 
     def route_done(self) -> bool:
         """Whether the ego's autopilot has reached the end of its route (False without a route)."""
@@ -440,7 +472,7 @@ class NavWorld:
         # Crosswalks with a walker on them: a standing leader before the zone.
         wk = self.walkers
         occupied = np.bincount(wk.crosswalk[(wk.mode == CROSSING) & (wk.crosswalk >= 0)],
-                               minlength=len(st.sidewalks.crosswalks)) > 0
+                               minlength=len(st.crosswalk_zone)) > 0
         if occupied.any() and n:
             zgap = np.where(occupied[None] & ~zone_inside[1:], zone_gap[1:], np.inf).min(axis=1)
             zgap = zgap - CROSSWALK_STOP_MARGIN + p.min_gap
@@ -475,8 +507,9 @@ class NavWorld:
         eta = np.divide(zone_gap, speed, out=np.full_like(zone_gap, np.inf), where=speed > 0)
         arrival = np.where(zone_inside, 0.0, eta).min(axis=0, initial=np.inf)
         walkers_before = self.walkers
-        self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt,
-                                    crosswalk_arrival=arrival)
+        if self._static.sidewalks is not None:
+            self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt,
+                                        crosswalk_arrival=arrival)
         before = self.vehicles
         after = step_vehicles(before, np.concatenate([[throttle], t_npc]), np.concatenate([[brake], b_npc]),
                               np.concatenate([[steer], s_npc]), self.dt)
