@@ -37,6 +37,19 @@ class Decision:
     distance: float
 
 
+def check_ticks(ticks) -> None:
+    """Refuse a tick count that is not an integer >= 0 (Python or numpy; booleans are refused).
+
+    The rule of every "apply, then tick n" step: `decide` and
+    `carla_gym.sim.navigation.episode.NavEpisode.step`.
+
+    Raises:
+        ValueError: Naming ``ticks`` and the valid range.
+    """
+    if isinstance(ticks, bool) or not isinstance(ticks, numbers.Integral) or ticks < 0:
+        raise ValueError(f"ticks={ticks!r}: must be an integer >= 0")
+
+
 def decide(world: World, call: ToolCall, ticks: int = 1,
            on_tick: Callable[[TickResult], None] | None = None) -> Decision:
     """Apply ``call`` to ``world``, then tick it up to ``ticks`` times, stopping when the episode ends.
@@ -59,8 +72,7 @@ def decide(world: World, call: ToolCall, ticks: int = 1,
             world's state (see `World.apply`; nothing is changed).
         carla_gym.sim.EpisodeFinishedError: The episode is already done.
     """
-    if isinstance(ticks, bool) or not isinstance(ticks, numbers.Integral) or ticks < 0:
-        raise ValueError(f"ticks={ticks!r}: must be an integer >= 0")
+    check_ticks(ticks)
     world.apply(call)
     if call.action_type == "capture_image":
         ticks = 0

@@ -43,7 +43,6 @@ the loop is written here with the same convention: apply, then tick n, stop at d
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any
@@ -53,6 +52,7 @@ import numpy as np
 
 from carla_gym.sim import constants as C
 from carla_gym.sim.control import Controls
+from carla_gym.sim.decision import check_ticks
 from carla_gym.sim.navigation import describe, rules
 from carla_gym.sim.navigation.adapters import lanes_from_town
 from carla_gym.sim.navigation.scenarios import (
@@ -366,8 +366,7 @@ class NavEpisode:
         if self.done:
             raise EpisodeFinishedError(f"episode of {self.spec.name!r} is done after {self.steps} steps "
                                        f"({self.reason}); reset before stepping again")
-        if isinstance(ticks, bool) or not isinstance(ticks, numbers.Integral) or ticks < 0:
-            raise ValueError(f"ticks={ticks!r}: must be an integer >= 0")
+        check_ticks(ticks)
         kind = call.action_type
         if kind == "capture_image":
             return StepResult(0, 0.0, 0.0, False, self.observation())
