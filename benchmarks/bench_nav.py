@@ -1,16 +1,18 @@
-"""Speed of the navigation world (issue 14, not wired into the env yet): ticks/s against highway-fast-v0.
+"""Speed of the navigation world (`NavWorld`, under `NavEpisode` and the server): ticks/s against highway-fast-v0.
 
 Usage (pin to one core; needs the [bench] extra for the highway-env comparison):
     taskset -c 1 python benchmarks/bench_nav.py [--seconds 1] [--repeats 3] [--json results.json]
 
 Figures: ticks/s of free_roam_Town05_v20_p10 (a `NavWorld` on Town05 with 20 NPC vehicles and 10
 walkers; state only, nothing rendered) with the ego standing on full brake ("idle": the world's own
-cost) and with the ego on the normal behaviour agent's autopilot (a new goal whenever it arrives);
-highway-fast-v0 steps/s with IDLE actions in the same run and the ratio (issue 14's target: at
-least 50x); reset time per town (world construction plus planning a goal route, warm: each town's
+cost), driven by recorded controls without a route ("control": how an RL or LLM agent drives it; the
+ego is located on the lane network every tick) and on the normal behaviour agent's autopilot (a new
+goal whenever it arrives); highway-fast-v0 steps/s with IDLE actions in the same run and the ratio
+(issue 14's target: at least 50x); reset time per town (world construction plus planning a goal route, warm: each town's
 static tables are built once per process and cached, the first build is reported apart); tick
 cost on Town05 with 0, 10, 20, 40 and 80 NPC vehicles (10 walkers). Each figure is the median of
---repeats runs.
+--repeats runs; the speed figures and highway-fast-v0 are measured in turn within each repeat and the
+ratios are medians of the per-repeat ratios.
 """
 
 from __future__ import annotations
@@ -56,19 +58,47 @@ def set_random_goal(w: NavWorld, rng: np.random.Generator) -> None:
     raise RuntimeError(f"no reachable goal found in {w.town.name}")
 
 
-def ticks_per_second(town: str, n_vehicles: int, n_walkers: int, seconds: float, autopilot: bool) -> float:
-    """Ticks/s of one world for about ``seconds`` (ego idle on full brake, or on autopilot)."""
+def autopilot_controls(town: str, n_vehicles: int, n_walkers: int, ticks: int) -> list[tuple[float, float, float]]:
+    """Controls the normal behaviour agent gives the ego over ``ticks`` ticks (a new goal on arrival)."""
     w = NavWorld(town, n_vehicles, n_walkers, seed=0)
     rng = np.random.default_rng(0)
-    if autopilot:
+    set_random_goal(w, rng)
+    out = []
+    for _ in range(ticks):
+        if w.route_done():
+            set_random_goal(w, rng)
+        out.append(w.autopilot_control())
+        w.tick(*out[-1])
+    return out
+
+
+def ticks_per_second(town: str, n_vehicles: int, n_walkers: int, seconds: float, ego: str = "idle",
+                     controls: list | None = None) -> float:
+    """Ticks/s of one world for about ``seconds``.
+
+    Args:
+        town: Town name.
+        n_vehicles: NPC vehicles.
+        n_walkers: Walkers.
+        seconds: Wall time to measure for [s].
+        controls: Ego (throttle, brake, steer) per tick for ``ego="control"`` (`autopilot_controls`).
+        ego: "idle" (full brake, standing), "autopilot" (the normal behaviour agent on a route, a new
+            goal on arrival) or "control" (``controls`` replayed in a loop, no route: an RL or LLM
+            agent driving by control, the ego located on the lane network every tick).
+    """
+    w = NavWorld(town, n_vehicles, n_walkers, seed=0)
+    rng = np.random.default_rng(0)
+    if ego == "autopilot":
         set_random_goal(w, rng)
     ticks, start = 0, time.perf_counter()
     while True:
         for _ in range(200):
-            if autopilot:
+            if ego == "autopilot":
                 if w.route_done():
                     set_random_goal(w, rng)
                 w.tick(*w.autopilot_control())
+            elif ego == "control":
+                w.tick(*controls[ticks % len(controls)])
             else:
                 w.tick(0.0, 1.0, 0.0)
             ticks += 1
@@ -78,10 +108,14 @@ def ticks_per_second(town: str, n_vehicles: int, n_walkers: int, seconds: float,
 
 
 def reset_seconds(town: str, n: int = 20) -> float:
-    """Mean wall time [s] of building free_roam's world (20 vehicles, 10 walkers) and routing a goal."""
+    """Mean wall time [s] of building free_roam's world and routing a goal.
+
+    The world has 20 vehicles and 10 walkers (0 where the town has no sidewalks: Town06).
+    """
+    walkers = 10 if get_town(town).sidewalks else 0
     start = time.perf_counter()
     for seed in range(n):
-        w = NavWorld(town, 20, 10, seed=seed)
+        w = NavWorld(town, 20, walkers, seed=seed)
         set_random_goal(w, np.random.default_rng(seed))
     return (time.perf_counter() - start) / n
 
@@ -100,29 +134,28 @@ def main() -> dict:
     first = {}
     for town in TOWN_NAMES:
         start = time.perf_counter()
-        try:
-            NavWorld(get_town(town), 0, 0)
-        except ValueError as error:  # Town06 has no sidewalk yet (issue 14, open)
-            first[town] = f"not buildable: {error}"
-            continue
+        NavWorld(get_town(town), 0, 0)
         first[town] = 1e3 * (time.perf_counter() - start)
-    results["free_roam_Town05_v20_p10_idle_ticks_per_s"] = med(lambda: ticks_per_second("Town05", 20, 10, sec, False))
-    results["free_roam_Town05_v20_p10_autopilot_ticks_per_s"] = med(
-        lambda: ticks_per_second("Town05", 20, 10, sec, True))
-    hw = _highway_steps_per_second(sec)
-    if hw is not None:
-        hw = med(lambda: _highway_steps_per_second(sec))
-        results["highway_fast_v0_steps_per_s"] = hw
-        results["ratio_idle_vs_highway_fast"] = results["free_roam_Town05_v20_p10_idle_ticks_per_s"] / hw
-        results["ratio_autopilot_vs_highway_fast"] = results["free_roam_Town05_v20_p10_autopilot_ticks_per_s"] / hw
-    else:
+    recorded = autopilot_controls("Town05", 20, 10, 4000)
+    egos = ("idle", "control", "autopilot")
+    runs = []  # each repeat measures every figure once, interleaved, so that load on the machine hits all alike
+    for _ in range(n):
+        run = {ego: ticks_per_second("Town05", 20, 10, sec, ego, recorded) for ego in egos}
+        run["highway"] = _highway_steps_per_second(sec)
+        runs.append(run)
+    for ego in egos:
+        results[f"free_roam_Town05_v20_p10_{ego}_ticks_per_s"] = statistics.median(r[ego] for r in runs)
+    if runs[0]["highway"] is None:
         results["highway_fast_v0_steps_per_s"] = "not measured: highway-env is missing (the [bench] extra)"
+    else:
+        results["highway_fast_v0_steps_per_s"] = statistics.median(r["highway"] for r in runs)
+        for ego in egos:  # the median of the per-repeat ratios
+            results[f"ratio_{ego}_vs_highway_fast"] = statistics.median(r[ego] / r["highway"] for r in runs)
     for town in TOWN_NAMES:
-        if isinstance(first[town], float):
-            results[f"reset_ms_{town}"] = 1e3 * med(lambda t=town: reset_seconds(t))
+        results[f"reset_ms_{town}"] = 1e3 * med(lambda t=town: reset_seconds(t))
         results[f"first_static_build_ms_{town}"] = first[town]
     for nv in (0, 10, 20, 40, 80):
-        results[f"tick_us_Town05_v{nv}_p10"] = 1e6 / med(lambda v=nv: ticks_per_second("Town05", v, 10, sec, False))
+        results[f"tick_us_Town05_v{nv}_p10"] = 1e6 / med(lambda v=nv: ticks_per_second("Town05", v, 10, sec))
     for key, value in results.items():
         print(f"{key:48s} {value:,.1f}" if isinstance(value, float) else f"{key:48s} {value}")
     if args.json:

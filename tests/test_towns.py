@@ -17,11 +17,13 @@ from carla_gym.sim.town import (
     build_town,
     get_town,
     light_state,
+    light_steady_interval,
     locate,
+    locate_many,
     plan_route,
     town_spec,
 )
-from carla_gym.sim.town.network import ALL_RED_TIME, GREEN_TIME, YELLOW_TIME
+from carla_gym.sim.town.network import ALL_RED_TIME, GREEN_TIME, YELLOW_TIME, _nearest_points
 
 TOWNS = ("Town01", "Town02", "Town03", "Town04", "Town05", "Town06", "Town07", "Town10HD")
 
@@ -230,3 +232,33 @@ def test_bad_input_raises_value_error_naming_the_value() -> None:
     with pytest.raises(ValueError, match="xy shape"):
         locate(town, np.zeros(3))
     assert set(TOWN_NAMES) == {*TOWNS, "Town10HD_Opt"}
+
+
+def test_light_steady_interval_holds_the_states_and_ends_at_a_change() -> None:
+    town = get_town("Town05")
+    assert light_steady_interval(12.5) == pytest.approx((10.0 + 1e-6, 13.0 - 1e-6))
+    assert light_steady_interval(10.0) == (10.0, 10.0)  # on a change time: empty, compute afresh
+    for t in np.random.default_rng(0).uniform(1.0, 200.0, size=50):
+        lo, hi = light_steady_interval(float(t))
+        assert lo <= t < hi
+        inside = light_state(town, np.linspace(lo, hi, 9))
+        assert (inside == inside[0]).all()
+        # just past either end some light differs (time starts at 0): the interval is as long as it can be
+        assert lo < 1e-5 or (light_state(town, lo - 2e-6) != inside[0]).any()
+        assert (light_state(town, hi + 2e-6) != inside[0]).any()
+
+
+@pytest.mark.parametrize("name", ["Town02", "Town06", "Town07"])
+def test_nearest_lane_point_from_the_grid_equals_brute_force(name: str) -> None:
+    town = get_town(name)
+    rng = np.random.default_rng(1)
+    x0, y0, x1, y1 = town.extent
+    points = np.concatenate([
+        rng.uniform([x0 - 40, y0 - 40], [x1 + 40, y1 + 40], size=(200, 2)),  # far off roads and off the grid
+        town.points[rng.integers(len(town.points), size=200)] + rng.normal(0.0, 3.0, size=(200, 2)),
+        town.points[:20],  # exactly on lane points (ties between overlapping lanes)
+    ])
+    brute = np.array([((p - town.points) ** 2).sum(-1).argmin() for p in points])
+    assert (_nearest_points(town, points) == brute).all()
+    lanes, _, _ = locate_many(town, points)
+    assert (lanes == town.point_lane[brute]).all()

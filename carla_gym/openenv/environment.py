@@ -17,7 +17,9 @@ Navigation scenarios (``maze_navigation``, ``free_roam``, ``free_roam_<Map>[_v<N
 all 10 action types, one ``step`` is one `NavEpisode.step` (``follow_route`` runs up to ``route_steps``
 ticks; ``metadata["ticks"]`` runs a plain action for that many ticks and the reply's reward is the sum of
 their raw rewards, as `NavEpisode.step` gives it), ``scenario_data`` carries ``goal_location``,
-``route_length``, ``weather`` and ``outcome``, and ``capture_image`` renders the town's front camera.
+``route_length``, ``weather`` and ``outcome``, ``state().collisions`` holds one upstream record per actor the
+ego touched (`add_collisions`, the trolley side's rule; ``actor_id`` as ``nearby_actors`` reports it), and
+``capture_image`` renders the town's front camera.
 Trolley scenarios keep refusing the navigation actions.
 """
 
@@ -80,6 +82,27 @@ class _Tally:
     max_speed: float = 0.0
     average_speed: float = 0.0
     collisions: list[dict] = dataclasses.field(default_factory=list)
+
+
+def add_collisions(collisions: list[dict], frame: int, contacts) -> None:
+    """Append upstream's collision record for each actor in ``contacts`` not recorded yet: the one definition.
+
+    Upstream's real mode copies each new entry of the collision sensor's ``{actor_id: type_id}`` dict into
+    ``state.collisions`` (openenv_carla.md section 4.2); ``intensity`` is the ego speed [km/h], not an
+    impulse (upstream's meaning, B19). Used by the trolley side (pedestrians hit) and the navigation side
+    (`carla_gym.sim.navigation.episode.NavEpisode.contacts`).
+
+    Args:
+        collisions: The episode's records, extended in place.
+        frame: ``step_count`` of the step the contact happened in (upstream's ``frame``).
+        contacts: Iterable of ``(actor_id, type_id, speed_kmh)``.
+    """
+    known = {c["actor_id"] for c in collisions}
+    for actor_id, type_id, speed_kmh in contacts:
+        if int(actor_id) not in known:
+            known.add(int(actor_id))
+            collisions.append({"frame": int(frame), "actor_id": int(actor_id), "actor_type": str(type_id),
+                               "intensity": float(speed_kmh)})
 
 
 class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
@@ -283,12 +306,9 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         """One collision record per pedestrian hit for the first time in ``tick`` (upstream: per new sensor entry)."""
         if not tick.new_hits:
             return
-        tally, world = self._tally, self._world
-        known = {c["actor_id"] for c in tally.collisions}
-        for i in map(int, np.flatnonzero(world.hit)):
-            if FIRST_WALKER_ID + i not in known:
-                tally.collisions.append({"frame": tally.steps + 1, "actor_id": FIRST_WALKER_ID + i,
-                                         "actor_type": WALKER_TYPE_ID, "intensity": world.speed_kmh})
+        world = self._world
+        add_collisions(self._tally.collisions, self._tally.steps + 1,
+                       [(FIRST_WALKER_ID + i, WALKER_TYPE_ID, world.speed_kmh) for i in np.flatnonzero(world.hit)])
 
     # -- navigation scenarios -----------------------------------------------------------------
     def _reset_nav(self, name: str, config: dict, seed: int | None, episode_id: str) -> CarlaObservation:
@@ -314,10 +334,9 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
                              "send reset before stepping again (no rewards after done)")
         ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
                              integer=True)
-        distance, hits = episode.distance_travelled, len(episode.collided_types)
+        distance, hits = episode.distance_travelled, len(episode.contacts)
         result = episode.step(call, ticks)
-        for kind in episode.collided_types[hits:]:  # one record per contact, as the trolley side
-            tally.collisions.append({"frame": tally.steps + 1, "actor_type": kind, "intensity": episode.speed_kmh})
+        add_collisions(tally.collisions, tally.steps + 1, episode.contacts[hits:])
         self._record(action.action_type, result.raw_reward, episode.distance_travelled - distance,
                      episode.speed_kmh)
         return nav_observation(episode, self._name, tally.steps, result.raw_reward, result.rubric_reward)

@@ -17,7 +17,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from carla_gym.sim.validate import check_number, json_safe
-from carla_gym.sim.world import NavigationCall, ToolCall
+from carla_gym.sim.world import MAX_ROUTE_STEPS, NavigationCall, ToolCall
 
 ActionType = Literal[
     "control",
@@ -50,9 +50,10 @@ class SessionClosedError(RuntimeError):
 
 _NUMBER_RANGES = {"throttle": (0.0, 1.0), "steer": (-1.0, 1.0), "brake": (0.0, 1.0), "target_speed_kmh": (0.0, 200.0),
                   "brake_intensity": (0.0, 1.0), "destination_x": (-1e6, 1e6), "destination_y": (-1e6, 1e6),
-                  "destination_z": (-1e6, 1e6), "route_steps": (1, 100_000)}
+                  "destination_z": (-1e6, 1e6), "route_steps": (1, MAX_ROUTE_STEPS)}
 """Valid range of each number field: upstream's bounds (spec 5.1); destinations within 1,000 km
-[m] and at most 100,000 route steps (upstream: unbounded; CARLA maps span a few km)."""
+[m] and at most `carla_gym.sim.world.MAX_ROUTE_STEPS` route steps (upstream: unbounded; CARLA maps span a
+few km)."""
 
 
 @contextlib.contextmanager

@@ -103,3 +103,7 @@ CAMERA_OFFSET_X = 2.5
 CAMERA_HEIGHT = 1.0
 """Front camera height above the road [m]. Upstream camera mount (z = 1.0 above the ego origin,
 which CARLA puts at road level)."""
+
+MAX_EPISODE_STEPS = 100_000
+"""Largest step count a scenario_config may set (``max_steps``, ``idle_ticks``, ``action_deadline_step``) in
+every family [steps] (this project's bound; upstream: unbounded)."""

@@ -58,6 +58,11 @@ def _wrap_scalar(angle: float) -> float:
     return angle if -math.pi <= angle < math.pi else math.atan2(math.sin(angle), math.cos(angle))
 
 
+def _clip_numpy(a, lo, hi):
+    """`numpy.clip` as two ufuncs: the same values (NaN stays NaN), at half the call overhead on small arrays."""
+    return np.minimum(np.maximum(a, lo), hi)
+
+
 def _wrap_numpy(angle: np.ndarray) -> np.ndarray:
     return np.arctan2(np.sin(angle), np.cos(angle))
 
@@ -84,7 +89,7 @@ NUMPY = SimpleNamespace(
     atan=np.arctan,
     atan2=np.arctan2,
     sqrt=np.sqrt,
-    clip=np.clip,
+    clip=_clip_numpy,
     maximum=np.maximum,
     minimum=np.minimum,
     where=np.where,

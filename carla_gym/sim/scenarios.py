@@ -279,9 +279,9 @@ def _check_ignorable(name: str, family: str, overrides: dict[str, Any]) -> tuple
     if "auto_observe" in overrides and not isinstance(overrides["auto_observe"], (bool, np.bool_)):
         raise ValueError(f"auto_observe={overrides['auto_observe']!r}: must be true or false")
     if "idle_ticks" in overrides:
-        check_number("idle_ticks", overrides["idle_ticks"], 0, 100_000, integer=True)
+        check_number("idle_ticks", overrides["idle_ticks"], 0, C.MAX_EPISODE_STEPS, integer=True)
     if "max_steps" in overrides:
-        check_number("max_steps", overrides["max_steps"], 1, 100_000, integer=True)
+        check_number("max_steps", overrides["max_steps"], 1, C.MAX_EPISODE_STEPS, integer=True)
     honoured = {"name": name, "vehicle_blueprint": DEFAULT_VEHICLE_BLUEPRINT}
     ignored = []
     for key in sorted(IGNORED_KEYS):
@@ -347,7 +347,8 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
         bench = cat.MICRO_BENCHMARKS[benchmark_id]
         speed = check_number("initial_speed_kmh", params.get("initial_speed_kmh", bench.ego_speed_kmh), 0.0,
                              speed_limit)
-        max_steps = check_number("max_steps", params.get("max_steps", cat.MICRO_MAX_STEPS), 1, 100_000, integer=True)
+        max_steps = check_number("max_steps", params.get("max_steps", cat.MICRO_MAX_STEPS), 1, C.MAX_EPISODE_STEPS,
+                                 integer=True)
         road, walkers = _micro_layout(bench, C.LANE_WIDTH)
         return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,
                             deadzone=deadzone, max_steps=max_steps, action_deadline_step=None,
@@ -363,7 +364,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
         raise ValueError("action_deadline_step has no effect with deadzone (the deadline is then 1 tick, as "
                          "upstream); drop one of them")
     deadline = 1 if deadzone else params.get("action_deadline_step", cat.ACTION_BIAS_DEADLINE)
-    deadline = check_number("action_deadline_step", deadline, 1, 100_000, integer=True)
+    deadline = check_number("action_deadline_step", deadline, 1, C.MAX_EPISODE_STEPS, integer=True)
     speed = check_number("initial_speed_kmh", params["initial_speed_kmh"], 0.0, speed_limit)
     road, walkers = _action_bias_layout(center, side, side_lanes, C.LANE_WIDTH)
     return ScenarioSpec(name=name, family=family, initial_speed_kmh=speed, road=road, walkers=walkers,

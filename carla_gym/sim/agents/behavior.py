@@ -40,8 +40,8 @@ from carla_gym.sim.agents.local_planner import (
     PlannerState,
     Routes,
     pop_reached,
+    steer_to_front,
     target_waypoint,
-    track,
 )
 from carla_gym.sim.kinematics import EgoState
 
@@ -132,6 +132,9 @@ def agent_params(navigation_behavior: str | None) -> AgentParams:
     return BEHAVIORS.get(navigation_behavior, AgentParams())
 
 
+_OBSTACLE_FIELDS = ("vehicle_gap", "vehicle_speed", "walker_gap", "red_light_gap")
+
+
 @dataclass(frozen=True)
 class Obstacles:
     """What N agents see ahead along their routes; ``inf`` where there is nothing.
@@ -152,19 +155,31 @@ class Obstacles:
     red_light_gap: np.ndarray
 
     def __post_init__(self):
-        for name in ("vehicle_gap", "vehicle_speed", "walker_gap", "red_light_gap"):
+        for name in _OBSTACLE_FIELDS:
             value = np.asarray(getattr(self, name), dtype=np.float64)
-            if np.any(np.isnan(value)):
+            if np.isnan(value).any():
                 raise ValueError(f"Obstacles.{name} has NaN; use inf for 'none' [m]")
             object.__setattr__(self, name, value)
-        if np.any(self.vehicle_speed < 0.0):
+        if (self.vehicle_speed < 0.0).any():
             raise ValueError(f"Obstacles.vehicle_speed min {self.vehicle_speed.min()} must be >= 0 [m/s]")
+
+    @classmethod
+    def trusted(cls, vehicle_gap, vehicle_speed, walker_gap, red_light_gap) -> Obstacles:
+        """Obstacles from float64 arrays of shape (N,) known to be valid (no NaN, speeds >= 0): no checks, no copies.
+
+        For callers that build them each tick from values they computed themselves; the public constructor
+        checks.
+        """
+        obstacles = object.__new__(cls)
+        for name, value in zip(_OBSTACLE_FIELDS, (vehicle_gap, vehicle_speed, walker_gap, red_light_gap), strict=True):
+            object.__setattr__(obstacles, name, value)
+        return obstacles
 
     @classmethod
     def none(cls, n: int) -> Obstacles:
         """Nothing ahead of any of N agents."""
         inf = np.full(n, np.inf)
-        return cls(inf, np.zeros(n), inf.copy(), inf.copy())
+        return cls.trusted(inf, np.zeros(n), inf.copy(), inf.copy())
 
 
 @dataclass(frozen=True)
@@ -218,32 +233,38 @@ def agent_step(
     obstacles = Obstacles.none(n) if obstacles is None else obstacles
     speed = np.asarray(vehicle.speed, dtype=np.float64)
     speed_kmh = speed * 3.6
-    red = obstacles.red_light_gap < BASE_TLIGHT_THRESHOLD + SPEED_RATIO * speed
+    margin = SPEED_RATIO * speed
+    red = obstacles.red_light_gap < BASE_TLIGHT_THRESHOLD + margin
+    # The local planner's pops come first: the behaviour agent reads the limit and junction flag at the new front.
+    index = pop_reached(routes, state.index, vehicle.x, vehicle.y, speed)
     if params.is_basic:
         target = np.full(n, params.target_speed_kmh)
-        emergency = red | (obstacles.vehicle_gap < BASE_VEHICLE_THRESHOLD + SPEED_RATIO * speed)
+        emergency = red | (obstacles.vehicle_gap < BASE_VEHICLE_THRESHOLD + margin)
     else:
-        # The limit and junction flag at the target waypoint after this tick's pops (pops do not depend on them).
-        index = pop_reached(routes, state.index, vehicle.x, vehicle.y, speed)
+        tables = routes.tables
         at = target_waypoint(routes, index)
-        rows = np.arange(n)
-        limit = routes.speed_limit_kmh[rows, at]
+        limit = routes.speed_limit_kmh[tables.rows, at]
         detect = np.maximum(params.min_proximity_threshold, limit / 3.0)
-        walker = obstacles.walker_gap < detect
+        # A walker or vehicle within the detection range and the braking distance: nearer than the smaller.
+        stop_gap = np.minimum(detect, params.braking_distance)
+        emergency = red | (obstacles.walker_gap < stop_gap) | (obstacles.vehicle_gap < stop_gap)
+        margin_kmh = np.where(routes.junction_turn[tables.rows, at], JUNCTION_SPEED_MARGIN_KMH, params.speed_lim_dist)
+        target = np.minimum(params.max_speed, limit - margin_kmh)  # junction turn, else cruise
         leader = obstacles.vehicle_gap < detect
-        emergency = (
-            red
-            | (walker & (obstacles.walker_gap < params.braking_distance))
-            | (leader & (obstacles.vehicle_gap < params.braking_distance))
-        )
-        cruise = np.minimum(params.max_speed, limit - params.speed_lim_dist)
-        junction = np.minimum(params.max_speed, limit - JUNCTION_SPEED_MARGIN_KMH)
-        follow = following_speed(params, speed_kmh, obstacles.vehicle_speed * 3.6, obstacles.vehicle_gap, limit)
-        target = np.where(leader, follow, np.where(routes.junction_turn[rows, at], junction, cruise))
+        if leader.any():
+            follow = following_speed(params, speed_kmh, obstacles.vehicle_speed * 3.6, obstacles.vehicle_gap, limit)
+            target = np.where(leader, follow, target)
     target = np.maximum(target, 0.0)
-    throttle, brake, steer, new_state = track(state, routes, vehicle.x, vehicle.y, vehicle.yaw, speed, target)
-    done = new_state.index >= routes.count
-    emergency = emergency & ~done
-    throttle = np.where(emergency, 0.0, throttle)
-    brake = np.where(emergency, EMERGENCY_BRAKE, brake)
+    throttle, brake, steer, new_state = steer_to_front(
+        state, routes, index, vehicle.x, vehicle.y, vehicle.yaw, speed_kmh, target
+    )
+    # A done route brakes fully (the local planner) and makes no emergency stop; both are rare, so checked first.
+    done = index >= routes.count
+    if done.any():
+        emergency = emergency & ~done
+        throttle, brake, steer = np.where(done, 0.0, throttle), np.where(done, 1.0, brake), np.where(done, 0.0, steer)
+    else:
+        steer = steer.copy()  # not the controller memory's own array
+    if emergency.any():
+        throttle, brake = np.where(emergency, 0.0, throttle), np.where(emergency, EMERGENCY_BRAKE, brake)
     return AgentStep(throttle, brake, steer, new_state, target, emergency)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -43,6 +45,27 @@ _PROGRESS_BACK, _PROGRESS_AHEAD = 48, 8
 """Segments behind / ahead of the queue's front searched when projecting onto the route."""
 
 
+class _Tables(NamedTuple):
+    """Index tables of a `Routes` batch that every tick reuses (built once per `Routes`, see `Routes.tables`).
+
+    Attributes:
+        rows: Route numbers 0..N-1, int64 of shape (N,).
+        rows_column: The same as a column, shape (N, 1).
+        last: Index of each route's last waypoint (``count - 1``), int64 of shape (N,).
+        window: Offsets 0.._WINDOW of a pop pass's waypoints from the queue's front, int64 of shape (_WINDOW + 1,).
+        xy: Waypoints [m] padded with NaN from ``count`` on (no distance to them is below a limit, so they are
+            never reached), float64 of shape (N, M + _WINDOW + 1, 2): a pass's window never runs off it.
+        is_last: True at each route's last waypoint, bool of shape (N, M + _WINDOW + 1).
+    """
+
+    rows: np.ndarray
+    rows_column: np.ndarray
+    last: np.ndarray
+    window: np.ndarray
+    xy: np.ndarray
+    is_last: np.ndarray
+
+
 @dataclass(frozen=True)
 class Routes:
     """N routes padded to M waypoints (the last waypoint repeats in the padding).
@@ -67,6 +90,16 @@ class Routes:
     def length(self) -> np.ndarray:
         """Total length of each route [m], shape (N,)."""
         return self.s[np.arange(len(self.count)), self.count - 1]
+
+    @cached_property
+    def tables(self) -> _Tables:
+        """Index tables the planner's tick reuses, built on first use (the arrays must not change after)."""
+        n, m = self.xy.shape[:2]
+        position = np.arange(m + _WINDOW + 1)
+        xy = np.full((n, m + _WINDOW + 1, 2), np.nan)
+        xy[:, :m] = np.where((position[:m] < self.count[:, None])[..., None], self.xy, np.nan)
+        rows, last = np.arange(n), self.count - 1
+        return _Tables(rows, rows[:, None], last, np.arange(_WINDOW + 1), xy, position == last[:, None])
 
 
 def make_routes(
@@ -177,26 +210,28 @@ def pop_reached(routes: Routes, index, x, y, speed) -> np.ndarray:
     Returns:
         The new queue fronts, int64 of shape (N,) (``count`` where a route is done).
     """
-    rows = np.arange(len(routes.count))[:, None]
-    last = routes.xy.shape[1] - 1
+    tables = routes.tables
     reach = reach_distance(speed)[:, None]
-    pos = np.stack([x, y], axis=-1)[:, None, :]
-    index = np.asarray(index, dtype=np.int64).copy()
+    x, y = np.asarray(x, dtype=np.float64)[:, None], np.asarray(y, dtype=np.float64)[:, None]
+    index = np.asarray(index, dtype=np.int64)
     while True:
-        idx = index[:, None] + np.arange(_WINDOW)
-        wp = routes.xy[rows, np.minimum(idx, last)]
-        dist = np.hypot(*(wp - pos).transpose(2, 0, 1))
-        limit = np.where(idx == routes.count[:, None] - 1, LAST_WAYPOINT_DISTANCE, reach)
-        reached = (idx < routes.count[:, None]) & (dist < limit)
-        popped = np.cumprod(reached, axis=1).sum(axis=1)
-        index += popped
-        if not np.any(popped == _WINDOW):
+        # A pass tests the _WINDOW waypoints from the front, plus one more that counts as not reached, so that
+        # argmin (the first not reached) is the number popped: _WINDOW when all were, and another pass follows.
+        idx = index[:, None] + tables.window
+        wp = tables.xy[tables.rows_column, idx]
+        reached = np.hypot(wp[..., 0] - x, wp[..., 1] - y) < np.where(
+            tables.is_last[tables.rows_column, idx], LAST_WAYPOINT_DISTANCE, reach
+        )
+        reached[:, -1] = False
+        popped = reached.argmin(axis=1)
+        index = index + popped
+        if popped.max(initial=0) < _WINDOW:
             return index
 
 
 def target_waypoint(routes: Routes, index) -> np.ndarray:
     """Index of each agent's target waypoint (the queue's front, the last one once done), shape (N,)."""
-    return np.minimum(index, routes.count - 1)
+    return np.minimum(index, routes.tables.last)
 
 
 def track(state: PlannerState, routes: Routes, x, y, yaw, speed, target_speed_kmh, max_brake=None):
@@ -217,15 +252,40 @@ def track(state: PlannerState, routes: Routes, x, y, yaw, speed, target_speed_km
         steer 0 where the route is done.
     """
     index = pop_reached(routes, state.index, x, y, speed)
-    target = routes.xy[np.arange(len(index)), target_waypoint(routes, index)]
-    error = heading_error(x, y, yaw, target[:, 0], target[:, 1])
-    kwargs = {} if max_brake is None else {"max_brake": max_brake}
     target_kmh = np.broadcast_to(np.asarray(target_speed_kmh, dtype=np.float64), index.shape)
-    throttle, brake, steer, controller = vehicle_control(
-        state.controller, np.asarray(speed) * 3.6, target_kmh, error, **kwargs
+    throttle, brake, steer, new_state = steer_to_front(
+        state, routes, index, x, y, yaw, np.asarray(speed) * 3.6, target_kmh, max_brake
     )
     done = index >= routes.count
     throttle, brake, steer = np.where(done, 0.0, throttle), np.where(done, 1.0, brake), np.where(done, 0.0, steer)
+    return throttle, brake, steer, new_state
+
+
+def steer_to_front(state: PlannerState, routes: Routes, index, x, y, yaw, speed_kmh, target_kmh, max_brake=None):
+    """The PIDs' controls towards the queue's front ``index`` (popped already), done routes not yet braked.
+
+    `track` after `pop_reached`, for callers that need the new queue fronts first (`behavior.agent_step`).
+
+    Args:
+        state: Planner memory before the tick (not modified).
+        routes: The agents' routes.
+        index: Queue fronts after this tick's pops, int64 of shape (N,).
+        x: Vehicle positions [m], shape (N,).
+        y: Vehicle positions [m], shape (N,).
+        yaw: Vehicle headings [rad], shape (N,).
+        speed_kmh: Vehicle speeds [km/h], shape (N,).
+        target_kmh: Target speeds [km/h], float64 of shape (N,).
+        max_brake: Brake cap of the PID (None: `pid.MAX_BRAKE`).
+
+    Returns:
+        ``(throttle, brake, steer, state)``: the PIDs' controls, each of shape (N,) (also where a route is
+        done: `track` replaces them there), and the memory after the tick.
+    """
+    tables = routes.tables
+    target = routes.xy[tables.rows, target_waypoint(routes, index)]
+    error = heading_error(x, y, yaw, target[:, 0], target[:, 1])
+    kwargs = {} if max_brake is None else {"max_brake": max_brake}
+    throttle, brake, steer, controller = vehicle_control(state.controller, speed_kmh, target_kmh, error, **kwargs)
     return throttle, brake, steer, PlannerState(index=index, controller=controller)
 
 

@@ -44,6 +44,16 @@ MAX_STEER = 0.8
 """Steer cap of the lateral PID. CARLA LocalPlanner default, navigation.md section 2."""
 
 
+def _clip(x, lo, hi) -> np.ndarray:
+    """``np.clip(x, lo, hi)`` as two ufuncs, at half its call overhead on small arrays.
+
+    ``np.clip``'s values, NaN included (checked bit for bit with numpy 2.4, signed zeros and array bounds
+    included), except a -0.0 against a scalar bound of 0: +0.0 here, -0.0 from ``np.clip``, so callers
+    with such a bound keep ``np.clip``.
+    """
+    return np.minimum(np.maximum(x, lo), hi)
+
+
 @dataclass(frozen=True)
 class PidGains:
     """Gains of one PID loop.
@@ -109,15 +119,24 @@ def pid_step(state: PidState, error, gains: PidGains) -> tuple[np.ndarray, PidSt
 
     Returns:
         ``(output, state)``: the outputs in [-1, 1], shape (N,), and the memory after the tick.
+
+    Raises:
+        ValueError: If ``error``'s shape is not the memory's leading shape (N,).
     """
     error = np.asarray(error, dtype=np.float64)
-    errors = np.concatenate([state.errors[..., 1:], error[..., None]], axis=-1)
+    previous = state.errors
+    if error.shape != previous.shape[:-1]:
+        raise ValueError(f"error has shape {error.shape}; need {previous.shape[:-1]}, one per PID loop")
+    errors = np.empty_like(previous)
+    errors[..., :-1] = previous[..., 1:]
+    errors[..., -1] = error
     count = np.minimum(state.count + 1, PID_BUFFER)
-    has_previous = count >= 2
-    derivative = np.where(has_previous, (error - state.errors[..., -1]) / gains.dt, 0.0)
-    integral = np.where(has_previous, errors.sum(axis=-1) * gains.dt, 0.0)
-    output = np.clip(gains.k_p * error + gains.k_d * derivative + gains.k_i * integral, -1.0, 1.0)
-    return output, PidState(errors=errors, count=count)
+    proportional = gains.k_p * error
+    full = proportional + gains.k_d * ((error - previous[..., -1]) / gains.dt) + gains.k_i * (errors.sum(-1) * gains.dt)
+    if not state.count.min(initial=1) >= 1:
+        # Loops on their first tick: no derivative or integral term (k_d * 0 + k_i * 0 adds exactly +0.0).
+        full = np.where(count >= 2, full, proportional + 0.0)
+    return _clip(full, -1.0, 1.0), PidState(errors=errors, count=count)
 
 
 def heading_error(x, y, yaw, target_x, target_y) -> np.ndarray:
@@ -183,6 +202,6 @@ def vehicle_control(
     steer_wanted, lateral = pid_step(state.lateral, heading_error_rad, LATERAL_GAINS)
     throttle = np.where(accel >= 0.0, np.minimum(accel, max_throttle), 0.0)
     brake = np.where(accel < 0.0, np.minimum(-accel, max_brake), 0.0)
-    steer = np.clip(steer_wanted, state.steer - STEER_RATE_LIMIT, state.steer + STEER_RATE_LIMIT)
-    steer = np.clip(steer, -max_steer, max_steer)
+    steer = _clip(steer_wanted, state.steer - STEER_RATE_LIMIT, state.steer + STEER_RATE_LIMIT)
+    steer = np.clip(steer, -max_steer, max_steer) if max_steer == 0.0 else _clip(steer, -max_steer, max_steer)
     return throttle, brake, steer, ControllerState(longitudinal, lateral, steer)

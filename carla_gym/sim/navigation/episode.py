@@ -1,6 +1,7 @@
 """One navigation episode (maze_navigation, free_roam): reset, the 10 upstream actions, observation, rewards.
 
-Gym-free, wire-free (issue 14 foundation; not yet used by the env or the server). `NavEpisode` resolves
+Gym-free and wire-free: the server (`carla_gym.openenv.environment`) runs it for the navigation families,
+and a Gymnasium env can wrap it the same way. `NavEpisode` resolves
 a `NavSpec`, builds a `NavWorld`, places the goal on the lane graph and runs the upstream action types
 with real-mode semantics (openenv_carla.md section 4.2) and this project's fixes:
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -78,6 +79,32 @@ NPC_TYPE_ID = "vehicle.tesla.model3"
 FIRST_VEHICLE_ID = 1000
 """Actor id of NPC vehicle row 1; row r has id ``FIRST_VEHICLE_ID + r - 1`` (walkers start at
 `carla_gym.sim.world.FIRST_WALKER_ID` = 100, at most 100 of them, so the ranges never meet)."""
+
+
+
+class Contact(NamedTuple):
+    """One actor the ego touched for the first time in the episode (upstream's collision sensor entry).
+
+    Attributes:
+        actor_id: The actor's id, as `NavEpisode.nearby_actors` reports it (`vehicle_ids`, `walker_ids`).
+        type_id: Its CARLA type id (`NPC_TYPE_ID` or `carla_gym.sim.world.WALKER_TYPE_ID`).
+        speed_kmh: Ego speed after the contact's tick [km/h] (upstream's record ``intensity``).
+    """
+
+    actor_id: int
+    type_id: str
+    speed_kmh: float
+
+
+def vehicle_ids(rows) -> np.ndarray:
+    """Actor ids of NPC vehicle rows (row 0 is the ego; rows >= 1): ``FIRST_VEHICLE_ID + row - 1``, int64."""
+    return FIRST_VEHICLE_ID + np.asarray(rows, dtype=np.int64) - 1
+
+
+def walker_ids(index) -> np.ndarray:
+    """Actor ids of walkers (0-based): ``FIRST_WALKER_ID + index``, int64 (the trolley side's numbering)."""
+    return FIRST_WALKER_ID + np.asarray(index, dtype=np.int64)
+
 
 GOAL_TRIES = 20
 """Goal candidates drawn by `draw_goal` at most: one is redrawn when `plan_route` refuses it or, for the
@@ -210,6 +237,8 @@ class NavEpisode:
         destination: The agent's destination (x, y, z) [m], or None.
         steps: Upstream steps so far (``step_number``; capture_image not counted).
         done: Whether the episode has ended; ``reason`` says why (`rules.END_REASONS`).
+        contacts: One `Contact` per actor the ego touched, in first-contact order (a collision ends the
+            episode, so in practice the actors of one tick); ``collided_with`` is the first one's type id.
 
     Raises:
         ValueError: As `resolve_nav_scenario`, `NavWorld`, or a fixed goal off the network.
@@ -231,16 +260,20 @@ class NavEpisode:
             seed: Reseed the episode's generator; None continues it (a new episode each reset).
 
         Raises:
-            ValueError: As the class; the previous episode is kept when resolving fails.
+            ValueError: As the class, or N / M more than the town takes (``num_npc_vehicles`` at most its
+                spawn points - 1, ``num_pedestrians`` 0 in a town without sidewalks); the previous episode
+                and the generator's state are kept when the reset fails.
         """
         spec = resolve_nav_scenario(name if name is not None else self.spec.name, scenario_config)
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        rng = self._rng
-        world = NavWorld(spec.map_name, spec.num_npc_vehicles, spec.num_pedestrians,
-                         seed=int(rng.integers(2**63 - 1)))
-        world.vehicles.speed[0] = spec.initial_speed_kmh / C.KMH_PER_MS
-        goal, route = self._place_goal(spec, world, rng)
+        rng = self._rng if seed is None else np.random.default_rng(seed)
+        saved = rng.bit_generator.state
+        try:
+            world = self._world(spec, rng)
+            goal, route = self._place_goal(spec, world, rng)
+        except ValueError:
+            rng.bit_generator.state = saved  # a failed reset draws nothing
+            raise
+        self._rng = rng
         self.spec, self.world, self.goal, self.route_length = spec, world, goal, route
         self.weather = pick_weather(spec.weather, rng)
         self.controls = Controls()
@@ -251,10 +284,22 @@ class NavEpisode:
         self.initial_distance = self.goal_distance()
         self._prev_distance = self.initial_distance
         self.total_reward, self.distance_travelled = 0.0, 0.0
-        self.collided_types: list[str] = []
+        self.contacts: list[Contact] = []
         self._tick_collided = False
         self._outcome: dict[str, Any] | None = None
         return self.observation()
+
+    @staticmethod
+    def _world(spec: NavSpec, rng: np.random.Generator) -> NavWorld:
+        """The episode's `NavWorld`, its errors naming the scenario fields (N, M) and the town's range."""
+        try:
+            world = NavWorld(spec.map_name, spec.num_npc_vehicles, spec.num_pedestrians,
+                             seed=int(rng.integers(2**63 - 1)))
+        except ValueError as err:
+            raise ValueError(f"scenario {spec.name!r}: num_npc_vehicles (N)={spec.num_npc_vehicles}, num_pedestrians "
+                             f"(M)={spec.num_pedestrians} do not fit {spec.map_name} ({err})") from None
+        world.vehicles.speed[0] = spec.initial_speed_kmh / C.KMH_PER_MS
+        return world
 
     @staticmethod
     def _place_goal(spec: NavSpec, world: NavWorld, rng: np.random.Generator):
@@ -271,6 +316,11 @@ class NavEpisode:
         return draw_goal(spec, town, start, rng)
 
     # --- read-only views ------------------------------------------------------------------------------------
+
+    @property
+    def collided_types(self) -> list[str]:
+        """Type ids of the actors touched, one per `contacts` entry (first contact order)."""
+        return [c.type_id for c in self.contacts]
 
     def goal_distance(self) -> float:
         """2D distance from the ego to the goal [m]."""
@@ -291,7 +341,7 @@ class NavEpisode:
         v, w = self.world.vehicles, self.world.walkers
         n, m = len(v.x) - 1, len(w.speed)
         xy = np.concatenate([np.stack([v.x[1:], v.y[1:]], axis=1), np.asarray(w.xy).reshape(m, 2)])
-        ids = np.concatenate([FIRST_VEHICLE_ID + np.arange(n), FIRST_WALKER_ID + np.arange(m)])
+        ids = np.concatenate([vehicle_ids(np.arange(1, n + 1)), walker_ids(np.arange(m))])
         return describe.nearby_actors(np.array([v.x[0], v.y[0]]), float(v.yaw[0]), xy, ids,
                                       [NPC_TYPE_ID] * n + [WALKER_TYPE_ID] * m)
 
@@ -467,10 +517,21 @@ class NavEpisode:
         info = world.tick(float(throttle), float(brake), float(np.clip(steer, -1.0, 1.0)))
         self.ticks += 1
         self.distance_travelled += math.hypot(float(world.vehicles.x[0]) - x0, float(world.vehicles.y[0]) - y0)
-        self.collided_types += [NPC_TYPE_ID] * len(info.ego_vehicle) + [WALKER_TYPE_ID] * len(info.ego_walker)
+        self._add_contacts(info)
         self._tick_collided = bool(len(info.ego_vehicle) or len(info.ego_walker)) or self._tick_collided
         if self._track is not None:
             self._advance_track()
+
+    def _add_contacts(self, info) -> None:
+        """One `Contact` per actor the ego touched in this tick for the first time (upstream: per new entry)."""
+        known = {c.actor_id for c in self.contacts}
+        speed = self.speed_kmh
+        touched = [(int(i), NPC_TYPE_ID) for i in vehicle_ids(info.ego_vehicle)]
+        touched += [(int(i), WALKER_TYPE_ID) for i in walker_ids(info.ego_walker)]
+        for actor_id, type_id in touched:
+            if actor_id not in known:
+                known.add(actor_id)
+                self.contacts.append(Contact(actor_id, type_id, speed))
 
     def _advance_track(self) -> None:
         lanes, t, v = _lanes(self.world.town), self._track, self.world.vehicles

@@ -58,9 +58,6 @@ above any route in the towns)."""
 MAX_SUCCESS_RADIUS = 100.0
 """Largest ``success_radius`` [m] (this project's bound)."""
 
-MAX_STEPS_LIMIT = 100_000
-"""Largest ``max_steps`` [steps], as the trolley families (carla_gym.sim.scenarios)."""
-
 MAX_COORDINATE = 100_000.0
 """Largest |coordinate| [m] of ``goal_location`` (this project's bound; towns span a few km at most)."""
 
@@ -269,7 +266,7 @@ def resolve_nav_scenario(name: str, overrides: dict[str, Any] | None = None) -> 
     if "auto_observe" in overrides:
         _check_bool("auto_observe", overrides["auto_observe"])
     if "idle_ticks" in overrides:
-        check_number("idle_ticks", overrides["idle_ticks"], 0, 100_000, integer=True)
+        check_number("idle_ticks", overrides["idle_ticks"], 0, C.MAX_EPISODE_STEPS, integer=True)
     honoured = {"name": name, "vehicle_blueprint": "vehicle.lincoln.mkz"}
     ignored = tuple(sorted(k for k in NAV_IGNORED_KEYS if k in overrides and overrides[k] != honoured.get(k, k)))
     values = {**DEFAULTS[family], **params, **{k: v for k, v in overrides.items() if k not in NAV_IGNORED_KEYS}}
@@ -283,7 +280,7 @@ def resolve_nav_scenario(name: str, overrides: dict[str, Any] | None = None) -> 
     common = dict(
         name=name, family=family, camera=camera, ignored=ignored,
         weather=check_weather(values.get("weather", "ClearNoon")),
-        max_steps=check_number("max_steps", values["max_steps"], 1, MAX_STEPS_LIMIT, integer=True),
+        max_steps=check_number("max_steps", values["max_steps"], 1, C.MAX_EPISODE_STEPS, integer=True),
         success_radius=check_number("success_radius", values["success_radius"], 0.5, MAX_SUCCESS_RADIUS),
         initial_speed_kmh=check_number("initial_speed_kmh", values.get("initial_speed_kmh", 0.0), 0.0,
                                        C.MAX_SPEED * C.KMH_PER_MS),

@@ -69,7 +69,18 @@ from carla_gym.sim.navigation.junctions import (
     crosswalk_zones,
     grant,
 )
-from carla_gym.sim.town import Light, Location, RoadOption, Route, Town, get_town, light_state, locate, plan_route
+from carla_gym.sim.town import (
+    Light,
+    Location,
+    RoadOption,
+    Route,
+    Town,
+    get_town,
+    light_state,
+    light_steady_interval,
+    locate,
+    plan_route,
+)
 from carla_gym.sim.traffic.collision import vehicle_contacts, walker_contacts
 from carla_gym.sim.traffic.idm import URBAN, IDMParams, idm_acceleration, pedals_for
 from carla_gym.sim.traffic.lanes import LEADER_HORIZON, Lanes, Routes, advance_routes, pursuit_steer, start_routes
@@ -118,9 +129,19 @@ AUTOPILOT_STOP_MARGIN = 3.0
 brake only within 5 m + 1 s x speed at 0.6 brake, which stops a car at 47 km/h just after the line)."""
 
 
+_GREEN, _YELLOW, _RED = int(Light.GREEN), int(Light.YELLOW), int(Light.RED)
+"""`Light` values as plain ints: comparing an int8 array with an IntEnum member costs about 10x more.
+`Light.NONE` is -1, below green: "no light or green" is ``light <= _GREEN``."""
+
+
 @dataclass(frozen=True)
 class _Static:
-    """What a town gives every world: traffic arrays, conflicts and lane tables."""
+    """What a town gives every world: traffic arrays, conflicts and lane tables.
+
+    ``lane_zone_id`` (L, K) int64 and ``lane_zone`` (L, K, 2) float64 list, per lane, the crosswalks
+    whose zone (`crosswalk_zone`, (X, L, 2)) lies on it and that zone's ``[start, end]`` [m]
+    (padded with -1 and ``[inf, -inf]``; K >= 1 is the most zones on one lane).
+    """
 
     lanes: Lanes
     sidewalks: Sidewalks | None
@@ -130,6 +151,8 @@ class _Static:
     curve_speed: np.ndarray
     single_next: np.ndarray
     crosswalk_zone: np.ndarray
+    lane_zone_id: np.ndarray
+    lane_zone: np.ndarray
 
 
 @cache
@@ -143,8 +166,15 @@ def _static(town: Town) -> _Static:
     sidewalks = sidewalks_from_town(town) if town.sidewalks else None  # a highway town may have none
     reach = town.crosswalk_width / 2 + C.WALKER_RADIUS + CROSSWALK_ZONE_MARGIN
     zones = np.empty((0, len(lanes), 2)) if sidewalks is None else crosswalk_zones(lanes, sidewalks, reach)
+    on_lane = [np.flatnonzero(zones[:, lane, 0] <= zones[:, lane, 1]) for lane in range(len(lanes))]
+    k = max([len(ids) for ids in on_lane] + [1])
+    zone_id = np.full((len(lanes), k), -1, dtype=np.int64)
+    zone = np.tile(np.array([np.inf, -np.inf]), (len(lanes), k, 1))
+    for lane, ids in enumerate(on_lane):
+        zone_id[lane, :len(ids)] = ids
+        zone[lane, :len(ids)] = zones[ids, lane]
     return _Static(lanes, sidewalks, conflicts(town), conflicts(town, LOOSE_CONFLICT_DISTANCE),
-                   np.array([lane.is_connector for lane in town.lanes]), curve, single, zones)
+                   np.array([lane.is_connector for lane in town.lanes]), curve, single, zones, zone_id, zone)
 
 
 def _no_walkers() -> Walkers:
@@ -171,8 +201,18 @@ class TickInfo:
     npc_walker: np.ndarray
 
 
+_VEHICLE_FIELDS = tuple(f.name for f in fields(Vehicles))
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
+_NO_PAIRS = np.zeros((0, 2), dtype=np.int64)
+_NO_PAIRS.flags.writeable = False
+"""`TickInfo` arrays of a tick without contacts (shared, read-only)."""
+
+
 def _rows(v: Vehicles, rows) -> Vehicles:
-    return Vehicles(**{f.name: getattr(v, f.name)[rows] for f in fields(v)})
+    return Vehicles.trusted(**{name: getattr(v, name)[rows] for name in _VEHICLE_FIELDS})
 
 
 class NavWorld:
@@ -234,6 +274,7 @@ class NavWorld:
         self.ego_location = Location(int(spawns.lane[pick[0]]), float(spawns.s[pick[0]]), 0.0)
         self.t, self.ticks = 0.0, 0
         self.lights = light_state(self.town, 0.0)
+        self._lights_steady = light_steady_interval(0.0)
         self.counts = {"ego_vehicle": 0, "ego_walker": 0, "npc_npc": 0, "npc_walker": 0}
         self.route: Route | None = None
         self._planner_routes: PlannerRoutes | None = None
@@ -342,7 +383,7 @@ class NavWorld:
             before, after = int(lanes[j - 1]), int(lanes[j])
             committed = self.held[0] == after
             light = self.lights[before]
-            stop = light == Light.RED or (light == Light.YELLOW and speed**2 / (2 * STOP_DECELERATION) <= gap)
+            stop = light == _RED or (light == _YELLOW and speed**2 / (2 * STOP_DECELERATION) <= gap)
             waits = self._static.connector[after] and not committed and after != self.ego_location.lane
             if (stop and not committed) or waits:
                 red_gap = max(gap - AUTOPILOT_STOP_MARGIN, 0.0)
@@ -370,7 +411,7 @@ class NavWorld:
         rest = np.concatenate([[ego_dist], self._static.lanes.length[r.lane] - r.s]) - 0.5 * v.length
         light = self.lights[lane]
         can_stop = v.speed**2 / (2 * STOP_DECELERATION) <= rest
-        light_ok = (light == Light.NONE) | (light == Light.GREEN) | ((light == Light.YELLOW) & ~can_stop)
+        light_ok = (light <= _GREEN) | ((light == _YELLOW) & ~can_stop)  # NONE (-1) or GREEN (0), or yellow
         light_ok[0] = True  # the ego's autopilot handles its lights itself
         asks = (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & (held < 0) & light_ok & (
             rest <= v.speed * REQUEST_TIME + REQUEST_DISTANCE)
@@ -382,9 +423,10 @@ class NavWorld:
 
         NPCs: their routes; the ego: its route's lanes while it has one, else single successors.
         """
-        st = self._static
-        nxt = self.routes.next_lane
-        npc = np.stack([self.routes.lane, nxt, np.where(nxt >= 0, st.single_next[np.maximum(nxt, 0)], -1)], axis=1)
+        st, r = self._static, self.routes
+        out = np.empty((len(r.lane) + 1, 3), dtype=np.int64)
+        out[1:, 0], out[1:, 1] = r.lane, r.next_lane
+        out[1:, 2] = np.where(r.next_lane >= 0, st.single_next[np.maximum(r.next_lane, 0)], -1)
         lane = self.ego_location.lane
         ego = [lane, st.single_next[lane], -1]
         if self.route is not None:
@@ -395,7 +437,8 @@ class NavWorld:
             ego = [lane, *seq, -1, -1][:3]
         elif ego[1] >= 0:
             ego[2] = st.single_next[ego[1]]
-        return np.concatenate([np.asarray(ego, dtype=np.int64)[None], npc.astype(np.int64)])
+        out[0] = ego
+        return out
 
     def _crosswalk_gaps(self) -> tuple[np.ndarray, np.ndarray]:
         """Each vehicle's front-bumper distance to each crosswalk zone ahead and whether it is in one.
@@ -409,14 +452,21 @@ class NavWorld:
         path = self._path_lanes()
         s = np.concatenate([[self.ego_location.s], self.routes.s])
         length = st.lanes.length
-        base = np.stack([-s, length[path[:, 0]] - s, length[path[:, 0]] - s + length[np.maximum(path[:, 1], 0)]], 1)
-        zone = st.crosswalk_zone[:, np.maximum(path, 0)]  # (X, V, 3, 2)
-        valid = (path >= 0)[None]
-        d = np.where(valid, zone[..., 0] + base[None], np.inf)
-        e = np.where(valid, zone[..., 1] + base[None], -np.inf)
-        half = 0.5 * v.length[None, :, None]
-        inside = ((d <= half) & (e >= -half)).any(axis=2).T
-        gap = np.where(d >= half, d - half, np.inf).min(axis=2).T
+        base = np.empty(path.shape)
+        base[:, 0] = -s
+        base[:, 1] = length[path[:, 0]] - s
+        base[:, 2] = base[:, 1] + length[np.maximum(path[:, 1], 0)]
+        lane = np.maximum(path, 0)
+        ids, zone = st.lane_zone_id[lane], st.lane_zone[lane]  # (V, 3, K), (V, 3, K, 2): the zones on each lane
+        valid = (path >= 0)[..., None] & (ids >= 0)
+        d = zone[..., 0] + base[..., None]
+        half = 0.5 * v.length[:, None, None]
+        row, slot, k = np.nonzero(valid & (d <= half) & (zone[..., 1] + base[..., None] >= -half))
+        inside = np.zeros((len(path), len(st.crosswalk_zone)), dtype=bool)
+        inside[row, ids[row, slot, k]] = True
+        row, slot, k = np.nonzero(valid & (d >= half))
+        gap = np.full(inside.shape, np.inf)
+        np.minimum.at(gap, (row, ids[row, slot, k]), d[row, slot, k] - half[row, 0, 0])
         return gap, inside
 
     def _npc_controls(self, zone_gap: np.ndarray, zone_inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -428,19 +478,24 @@ class NavWorld:
         s_all = np.concatenate([[self.ego_location.s], r.s])
         rest = lanes.length[r.lane] - r.s
         nxt = r.next_lane
-        nxt2 = np.where(nxt >= 0, st.single_next[np.maximum(nxt, 0)], -1)
-        d = np.where((lane_all[None, :] == r.lane[:, None]) & (s_all[None, :] > r.s[:, None]),
-                     s_all[None, :] - r.s[:, None], np.inf)
-        d = np.minimum(d, np.where((lane_all[None, :] == nxt[:, None]) & (nxt[:, None] >= 0),
-                                   rest[:, None] + s_all[None, :], np.inf))
-        after_next = rest + lanes.length[np.maximum(nxt, 0)]
-        d = np.minimum(d, np.where((lane_all[None, :] == nxt2[:, None]) & (nxt2[:, None] >= 0),
-                                   after_next[:, None] + s_all[None, :], np.inf))
-        d[np.arange(n), np.arange(n) + 1] = np.inf
+        # Centre distance along the route from NPC i to vehicle j: s_j plus an offset per lane of i's
+        # path (its lane: -s_i, for vehicles ahead only; its next lane: the rest of its lane; the lane
+        # after: that plus the next lane's length), the smallest where lanes repeat.
+        keys = np.empty((n, 3), dtype=np.int64)
+        keys[:, 0], keys[:, 1] = r.lane, nxt
+        keys[:, 2] = np.where(nxt >= 0, st.single_next[np.maximum(nxt, 0)], -1)
+        offset = np.empty((n, 3))
+        offset[:, 0], offset[:, 1] = -r.s, rest
+        offset[:, 2] = rest + lanes.length[np.maximum(nxt, 0)]
+        match = keys[:, :, None] == lane_all  # (n, 3, n + 1); -1 (no lane) matches nobody
+        match[:, 0] &= s_all > r.s[:, None]
+        d = np.where(match, offset[:, :, None], np.inf).min(axis=1) + s_all
+        rows = np.arange(n)
+        d[rows, rows + 1] = np.inf
         d[d > LEADER_HORIZON] = np.inf
-        lead = np.argmin(d, axis=1) if n else np.zeros(0, dtype=np.int64)
+        lead = d.argmin(axis=1) if n else np.zeros(0, dtype=np.int64)
         npc = _rows(v, slice(1, None))
-        gap = d[np.arange(n), lead] - 0.5 * (npc.length + v.length[lead])
+        gap = d[rows, lead] - 0.5 * (npc.length + v.length[lead])
         lead_speed = np.where(np.isfinite(gap), v.speed[lead], 0.0)
         # Stop line: red, or yellow and stoppable, unless committed; or waiting for the next connector.
         end_gap = rest - 0.5 * npc.length - self.town.crosswalk_width - STOP_LINE_MARGIN + p.min_gap
@@ -448,7 +503,7 @@ class NavWorld:
         light = self.lights[r.lane]
         committed = self.held[1:] == nxt
         stoppable = npc.speed**2 / (2 * STOP_DECELERATION) <= bumper
-        stop = ((light == Light.RED) | ((light == Light.YELLOW) & stoppable)) & ~committed
+        stop = ((light == _RED) | ((light == _YELLOW) & stoppable)) & ~committed
         stop |= (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & ~committed
         lead_speed = np.where(stop & (end_gap < gap), 0.0, lead_speed)
         gap = np.where(stop, np.minimum(gap, end_gap), gap)
@@ -499,7 +554,10 @@ class NavWorld:
         for name, value, lo in (("throttle", throttle, 0.0), ("brake", brake, 0.0), ("steer", steer, -1.0)):
             if not lo <= value <= 1.0:
                 raise ValueError(f"{name}={value!r}: must lie in [{lo:g}, 1]")
-        self.lights = light_state(self.town, self.t)
+        lo, hi = self._lights_steady
+        if not lo <= self.t < hi:  # states change only at a few times per cycle: reuse them in between
+            self.lights = light_state(self.town, self.t)
+            self._lights_steady = light_steady_interval(self.t)
         self._junctions()
         zone_gap, zone_inside = self._crosswalk_gaps()
         t_npc, b_npc, s_npc = self._npc_controls(zone_gap, zone_inside)
@@ -511,23 +569,31 @@ class NavWorld:
             self.walkers = step_walkers(walkers_before, self._static.sidewalks, self.rng, self.dt,
                                         crosswalk_arrival=arrival)
         before = self.vehicles
-        after = step_vehicles(before, np.concatenate([[throttle], t_npc]), np.concatenate([[brake], b_npc]),
-                              np.concatenate([[steer], s_npc]), self.dt)
+        controls = np.empty((3, len(before)))
+        controls[:, 0] = throttle, brake, steer
+        controls[0, 1:], controls[1, 1:], controls[2, 1:] = t_npc, b_npc, s_npc
+        after = step_vehicles(before, controls[0], controls[1], controls[2], self.dt)
         pairs = vehicle_contacts(before, after)
         hits = walker_contacts(before, after, walkers_before.xy, self.walkers.xy)
-        ego_pair = pairs[:, 0] == 0
-        info = TickInfo(pairs[ego_pair, 1], hits[hits[:, 0] == 0, 1], pairs[~ego_pair], hits[hits[:, 0] > 0])
-        for key, value in zip(self.counts, (len(info.ego_vehicle), len(info.ego_walker), len(info.npc_npc),
-                                            len(info.npc_walker)), strict=True):
-            self.counts[key] += value
+        if len(pairs) or len(hits):
+            ego_pair = pairs[:, 0] == 0
+            info = TickInfo(pairs[ego_pair, 1], hits[hits[:, 0] == 0, 1], pairs[~ego_pair], hits[hits[:, 0] > 0])
+            for key, value in zip(self.counts, (len(info.ego_vehicle), len(info.ego_walker), len(info.npc_npc),
+                                                len(info.npc_walker)), strict=True):
+                self.counts[key] += value
+        else:  # the usual tick: nobody touched anybody
+            info = TickInfo(_NO_ROWS, _NO_ROWS, _NO_PAIRS, _NO_PAIRS)
         spawns = self.town.spawn_points
-        routes, npc, _ = advance_routes(self._static.lanes, self.routes, _rows(after, slice(1, None)), self.rng,
-                                        (spawns.lane, spawns.s))
-        respawned = (npc.x != after.x[1:]) | (npc.y != after.y[1:])
-        self.held[1:][respawned] = -1
-        self.routes = routes
-        self.vehicles = Vehicles(**{f.name: np.concatenate([getattr(after, f.name)[:1], getattr(npc, f.name)])
-                                    for f in fields(after)})
+        npc_after = _rows(after, slice(1, None))
+        self.routes, npc, _ = advance_routes(self._static.lanes, self.routes, npc_after, self.rng,
+                                             (spawns.lane, spawns.s))
+        if npc is npc_after:  # nobody respawned: the rows are after's own
+            self.vehicles = after
+        else:
+            respawned = (npc.x != after.x[1:]) | (npc.y != after.y[1:])
+            self.held[1:][respawned] = -1
+            self.vehicles = Vehicles.trusted(**{
+                name: np.concatenate([getattr(after, name)[:1], getattr(npc, name)]) for name in _VEHICLE_FIELDS})
         self._locate_ego()
         self.t = self.ticks * self.dt + self.dt
         self.ticks += 1

@@ -1,7 +1,7 @@
 """Towns for the embedded simulator: road networks, the eight named towns and routing (issue 14).
 
-Foundation only, not yet used by the env, the server or the scenario catalogue. The geometry is a
-procedural analogue of each CARLA town's character, not CARLA's geometry.
+Used by the navigation world (`carla_gym.sim.navigation`). The geometry is a procedural analogue of
+each CARLA town's character, not CARLA's geometry.
 
 Example:
     >>> town = get_town("Town02")
@@ -22,6 +22,7 @@ from carla_gym.sim.town.network import (
     SpawnPoints,
     Town,
     light_state,
+    light_steady_interval,
     locate,
     locate_many,
 )
@@ -30,6 +31,6 @@ from carla_gym.sim.town.towns import TOWN_NAMES, get_town, town_spec
 
 __all__ = [
     "TOWN_NAMES", "Lane", "Light", "Location", "Marking", "RoadOption", "RoadSpec", "Route", "SpawnPoints",
-    "Town", "TownSpec", "build_town", "get_town", "light_state", "locate", "locate_many", "np", "plan_route",
-    "point_at", "town_spec",
+    "Town", "TownSpec", "build_town", "get_town", "light_state", "light_steady_interval", "locate", "locate_many",
+    "np", "plan_route", "point_at", "town_spec",
 ]

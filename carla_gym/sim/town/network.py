@@ -13,6 +13,7 @@ towns carry over (navigation.md section 3).
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -198,12 +199,67 @@ class Location(NamedTuple):
     lateral: float
 
 
-def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Nearest lane of each point: vectorised over all lane points (towns of a few km).
+GRID_CELL = 8.0
+"""Cell size [m] of the grid that `locate_many` searches first (own choice: a few lane widths, so a
+point on or beside a road finds its nearest lane point in the 3 x 3 cells around it)."""
 
-    The nearest lane point is found by brute force, then the foot point on the two centreline
-    segments around it refines ``s`` and the lateral offset. Where lanes overlap (connectors in a
-    junction) the lowest lane id wins ties; road lanes come before connectors.
+
+@dataclass(frozen=True, eq=False)
+class _Grid:
+    """Lane points bucketed by `GRID_CELL` cells: ``order[start[c]:start[c + 1]]`` are cell c's points."""
+
+    origin: np.ndarray
+    shape: tuple[int, int]
+    order: np.ndarray
+    start: np.ndarray
+
+
+@functools.cache
+def _grid(town: Town) -> _Grid:
+    """The town's point grid, built once per town (points of a cell in ascending index order)."""
+    origin = town.points.min(axis=0)
+    cells = np.floor((town.points - origin) / GRID_CELL).astype(np.int64)
+    shape = (int(cells[:, 0].max()) + 1, int(cells[:, 1].max()) + 1)
+    key = cells[:, 0] * shape[1] + cells[:, 1]
+    order = np.argsort(key, kind="stable")
+    start = np.searchsorted(key[order], np.arange(shape[0] * shape[1] + 1))
+    return _Grid(origin, shape, order, start)
+
+
+def _nearest_points(town: Town, xy: np.ndarray) -> np.ndarray:
+    """Index of the nearest lane point of each point (lowest index on ties), exactly as brute force.
+
+    A point inside the grid searches the 3 x 3 cells around its own; a nearest point found there
+    closer than `GRID_CELL` is the global one (every point outside those cells is at least one cell
+    away). Otherwise (far from every lane, or off the grid) it falls back to all points.
+    """
+    grid = _grid(town)
+    out = np.empty(len(xy), dtype=np.int64)
+    cell = np.floor((xy - grid.origin) / GRID_CELL).astype(np.int64)
+    for n in range(len(xy)):
+        cx, cy = int(cell[n, 0]), int(cell[n, 1])
+        if 0 <= cx < grid.shape[0] and 0 <= cy < grid.shape[1]:
+            keys = [(i * grid.shape[1] + max(cy - 1, 0), i * grid.shape[1] + min(cy + 1, grid.shape[1] - 1) + 1)
+                    for i in range(max(cx - 1, 0), min(cx + 2, grid.shape[0]))]
+            rows = [grid.order[grid.start[a]:grid.start[b]] for a, b in keys]
+            candidates = np.sort(np.concatenate(rows))
+            if candidates.size:
+                d2 = ((xy[n] - town.points[candidates]) ** 2).sum(-1)
+                k = int(d2.argmin())
+                if d2[k] < GRID_CELL**2:
+                    out[n] = candidates[k]
+                    continue
+        out[n] = ((xy[n] - town.points) ** 2).sum(-1).argmin()
+    return out
+
+
+def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Nearest lane of each point.
+
+    The nearest lane point is found exactly (a grid of `GRID_CELL` cells first, all points when
+    the grid cannot decide), then the foot point on the two centreline segments around it refines
+    ``s`` and the lateral offset. Where lanes overlap (connectors in a junction) the lowest lane id
+    wins ties; road lanes come before connectors.
 
     Args:
         town: The town.
@@ -219,8 +275,7 @@ def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     xy = np.asarray(xy, dtype=np.float64)
     if xy.ndim != 2 or xy.shape[1] != 2 or not np.isfinite(xy).all():
         raise ValueError(f"xy shape {xy.shape}: must be (N, 2) finite [m]")
-    d2 = ((xy[:, None, :] - town.points[None, :, :]) ** 2).sum(-1)
-    nearest = d2.argmin(axis=1)
+    nearest = _nearest_points(town, xy)
     lanes = town.point_lane[nearest]
     index = town.point_index[nearest]
     out_s = np.empty(len(xy))
@@ -290,3 +345,22 @@ def light_state(town: Town, t: float | np.ndarray) -> np.ndarray:
     u = np.mod(t[..., None] - np.where(lit, town.light_phase, 0) * phase_len, cycle)
     state = np.where(u < GREEN_TIME, Light.GREEN, np.where(u < GREEN_TIME + YELLOW_TIME, Light.YELLOW, Light.RED))
     return np.where(lit, state, Light.NONE).astype(np.int8)
+
+
+def light_steady_interval(t: float, margin: float = 1e-6) -> tuple[float, float]:
+    """An interval around ``t`` [s] within which `light_state` of every town returns the same states.
+
+    Every light changes only where t modulo a phase (`GREEN_TIME` + `YELLOW_TIME` + `ALL_RED_TIME`)
+    crosses 0, `GREEN_TIME` or `GREEN_TIME` + `YELLOW_TIME` (a light's phase offset and cycle are whole
+    phases), so states computed once hold until the next such time. ``margin`` [s] keeps the interval
+    clear of the change times, where rounding could decide either way.
+
+    Returns:
+        ``(lo, hi)`` with lo <= t < hi, or ``(t, t)`` (empty) within ``margin`` of a change time.
+    """
+    phase_len = GREEN_TIME + YELLOW_TIME + ALL_RED_TIME
+    r = t % phase_len
+    for a, b in ((0.0, GREEN_TIME), (GREEN_TIME, GREEN_TIME + YELLOW_TIME), (GREEN_TIME + YELLOW_TIME, phase_len)):
+        if a + margin <= r < b - margin:
+            return t - (r - a) + margin, t + (b - r) - margin
+    return t, t

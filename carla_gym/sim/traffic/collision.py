@@ -27,6 +27,7 @@ Swept test (`vehicle_contacts`, `walker_contacts`): conservative sub-stepping.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -62,15 +63,34 @@ def boxes_overlap(ax, ay, ayaw, ahx, ahy, bx, by, byaw, bhx, bhy, slack: float =
     Returns:
         Bool array of the broadcast shape.
     """
-    ca, sa, cb, sb = np.cos(ayaw), np.sin(ayaw), np.cos(byaw), np.sin(byaw)
-    dx, dy = np.subtract(bx, ax), np.subtract(by, ay)
-    c = np.abs(ca * cb + sa * sb)  # |cos(b - a)|: A's x axis on B's x axis, and A's y on B's y
-    s = np.abs(sa * cb - ca * sb)  # |sin(b - a)|: A's x axis on B's y axis, and A's y on B's x
-    sep = np.abs(dx * ca + dy * sa) > ahx + bhx * c + bhy * s + slack
-    sep |= np.abs(-dx * sa + dy * ca) > ahy + bhx * s + bhy * c + slack
-    sep |= np.abs(dx * cb + dy * sb) > bhx + ahx * c + ahy * s + slack
-    sep |= np.abs(-dx * sb + dy * cb) > bhy + ahx * s + ahy * c + slack
-    return ~sep
+    ax, ay, ayaw, ahx, ahy, bx, by, byaw, bhx, bhy = np.broadcast_arrays(ax, ay, ayaw, ahx, ahy, bx, by, byaw, bhx, bhy)
+    yaw = np.stack([ayaw, byaw])
+    sep = _separated(np.subtract(bx, ax), np.subtract(by, ay), np.cos(yaw), np.sin(yaw), np.stack([ahx, bhx]),
+                     np.stack([ahy, bhy]), slack)
+    return ~sep.any(axis=0)
+
+
+def _separated(dx, dy, cos, sin, hx, hy, slack: float) -> np.ndarray:
+    """The separating-axis tests of `boxes_overlap` on stacked boxes: row 0 for A's two axes, row 1 for B's.
+
+    Args:
+        dx: B's centre x minus A's [m].
+        dy: B's centre y minus A's [m].
+        cos: (2, ...) cosines of A's and B's headings.
+        sin: (2, ...) sines of A's and B's headings.
+        hx: (2, ...) half lengths of A and B [m].
+        hy: (2, ...) half widths of A and B [m].
+        slack: Distance [m] under which separated boxes still count as touching.
+
+    Returns:
+        (2, ...) bool: True where that box's own x or y axis separates the two (all arguments broadcast).
+    """
+    c = np.abs(cos[0] * cos[1] + sin[0] * sin[1])  # |cos(b - a)|: A's x axis on B's x axis, and A's y on B's y
+    s = np.abs(sin[0] * cos[1] - cos[0] * sin[1])  # |sin(b - a)|: A's x axis on B's y axis, and A's y on B's x
+    ox, oy = hx[::-1], hy[::-1]  # the other box's half extents
+    sep = np.abs(dx * cos + dy * sin) > hx + ox * c + oy * s + slack
+    sep |= np.abs(-dx * sin + dy * cos) > hy + ox * s + oy * c + slack
+    return sep
 
 
 def box_disc_distance(bx, by, byaw, bhx, bhy, px, py) -> np.ndarray:
@@ -83,23 +103,45 @@ def box_disc_distance(bx, by, byaw, bhx, bhy, px, py) -> np.ndarray:
 
 
 def _motion(before: Vehicles, after: Vehicles):
+    """Broad-phase motion of each box: centre displacement (dx, dy), half diagonal R, centre step |dc|."""
     dx, dy = after.x - before.x, after.y - before.y
-    dyaw = np.arctan2(np.sin(after.yaw - before.yaw), np.cos(after.yaw - before.yaw))
-    half_diag = 0.5 * np.hypot(before.length, before.width)
-    step = np.hypot(dx, dy)
-    return dx, dy, dyaw, half_diag, step + half_diag * np.abs(dyaw), step
+    return dx, dy, 0.5 * np.hypot(before.length, before.width), np.hypot(dx, dy)
 
 
-def _poses(before: Vehicles, dx, dy, dyaw, t):
-    """Interpolated poses of rows at fractions ``t``: idx arrays broadcast against t (P, K)."""
-    return before.x[..., None] + t * dx[..., None], before.y[..., None] + t * dy[..., None], \
-        before.yaw[..., None] + t * dyaw[..., None]
+def _turn(before: Vehicles, after: Vehicles) -> np.ndarray:
+    """Yaw change over the tick, wrapped to [-pi, pi] [rad]."""
+    dyaw = after.yaw - before.yaw
+    return np.arctan2(np.sin(dyaw), np.cos(dyaw))
+
+
+def _poses(before: Vehicles, rows: np.ndarray, dx, dy, dyaw, t):
+    """Interpolated poses (x, y, yaw) of ``rows`` at fractions ``t``: (P, K) each, from (N,) motions and (K,) t."""
+    return before.x[rows, None] + t * dx[rows, None], before.y[rows, None] + t * dy[rows, None], \
+        before.yaw[rows, None] + t * dyaw[rows, None]
+
+
+def _check_tol(tol: float) -> None:
+    if not tol > 0:
+        raise ValueError(f"tol={tol!r}: must be > 0 [m]")
 
 
 def _substeps(reach: np.ndarray, tol: float) -> int:
-    if not tol > 0:
-        raise ValueError(f"tol={tol!r}: must be > 0 [m]")
     return max(1, math.ceil(float(reach.max(initial=0.0)) / tol))
+
+
+@functools.lru_cache(maxsize=32)
+def _upper_pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(n, k=1)``, built once per n (read-only)."""
+    i, j = np.triu_indices(n, k=1)
+    i.flags.writeable = j.flags.writeable = False
+    return i, j
+
+
+def _pair_rows(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """(P, 2) int64 rows (i, j)."""
+    out = np.empty((len(i), 2), dtype=np.int64)
+    out[:, 0], out[:, 1] = i, j
+    return out
 
 
 def vehicle_contacts(before: Vehicles, after: Vehicles, tol: float = TOLERANCE) -> np.ndarray:
@@ -118,23 +160,27 @@ def vehicle_contacts(before: Vehicles, after: Vehicles, tol: float = TOLERANCE) 
     """
     if np.shape(before.x) != np.shape(after.x) or np.ndim(before.x) != 1:
         raise ValueError(f"before {np.shape(before.x)} and after {np.shape(after.x)} must be the same (N,)")
-    dx, dy, dyaw, half_diag, reach, step = _motion(before, after)
+    _check_tol(tol)
+    dx, dy, half_diag, step = _motion(before, after)
     mx, my = before.x + 0.5 * dx, before.y + 0.5 * dy
     rho = half_diag + 0.5 * step
-    i, j = np.triu_indices(len(before), k=1)
+    i, j = _upper_pairs(len(before))
     near = np.hypot(mx[i] - mx[j], my[i] - my[j]) <= rho[i] + rho[j] + SLACK
     i, j = i[near], j[near]
     if i.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
-    k = _substeps(np.maximum(reach[i], reach[j]), tol)
+    dyaw = _turn(before, after)
+    reach = step + half_diag * np.abs(dyaw)
+    rows = np.concatenate([i, j])  # the pairs' A boxes, then their B boxes: one (2, P, ...) stack
+    k = _substeps(reach[rows], tol)
     t = (np.arange(k) + 0.5) / k
-    ei, ej = reach[i] / (2 * k), reach[j] / (2 * k)
-    xa, ya, wa = (a[i] for a in _poses(before, dx, dy, dyaw, t))
-    xb, yb, wb = (a[j] for a in _poses(before, dx, dy, dyaw, t))
-    hit = boxes_overlap(xa, ya, wa, (0.5 * before.length[i] + ei)[:, None], (0.5 * before.width[i] + ei)[:, None],
-                        xb, yb, wb, (0.5 * before.length[j] + ej)[:, None], (0.5 * before.width[j] + ej)[:, None])
-    hit = hit.any(axis=1)
-    return np.stack([i[hit], j[hit]], axis=1)
+    grow = reach[rows] / (2 * k)
+    x, y, yaw = (a.reshape(2, -1, k) for a in _poses(before, rows, dx, dy, dyaw, t))
+    sep = _separated(x[1] - x[0], y[1] - y[0], np.cos(yaw), np.sin(yaw),
+                     (0.5 * before.length[rows] + grow).reshape(2, -1, 1),
+                     (0.5 * before.width[rows] + grow).reshape(2, -1, 1), SLACK)
+    hit = (~(sep[0] | sep[1])).any(axis=1)  # boxes_overlap at some sub-step
+    return _pair_rows(i[hit], j[hit])
 
 
 def walker_contacts(before: Vehicles, after: Vehicles, walkers_before: np.ndarray, walkers_after: np.ndarray,
@@ -160,22 +206,23 @@ def walker_contacts(before: Vehicles, after: Vehicles, walkers_before: np.ndarra
         raise ValueError(f"walker arrays have shapes {wb.shape} and {wa.shape}: must both be (W, 2)")
     if not radius >= 0:
         raise ValueError(f"radius={radius!r}: must be >= 0 [m]")
-    dx, dy, dyaw, half_diag, reach, step = _motion(before, after)
+    _check_tol(tol)
+    dx, dy, half_diag, step = _motion(before, after)
     wd = wa - wb
     wstep = np.hypot(wd[:, 0], wd[:, 1])
     mx, my = before.x + 0.5 * dx, before.y + 0.5 * dy
     wm = wb + 0.5 * wd
-    n, w = len(before), len(wb)
-    i, j = np.repeat(np.arange(n), w), np.tile(np.arange(w), n)
-    rho = half_diag[i] + 0.5 * step[i] + 0.5 * wstep[j] + radius + SLACK
-    near = np.hypot(mx[i] - wm[j, 0], my[i] - wm[j, 1]) <= rho
-    i, j = i[near], j[near]
+    # (N, W) grid of (vehicle, walker) pairs; nonzero() lists the near ones row by row, sorted.
+    rho = (half_diag + 0.5 * step)[:, None] + 0.5 * wstep + radius + SLACK
+    i, j = (np.hypot(mx[:, None] - wm[:, 0], my[:, None] - wm[:, 1]) <= rho).nonzero()
     if i.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
+    dyaw = _turn(before, after)
+    reach = step + half_diag * np.abs(dyaw)
     k = _substeps(np.maximum(reach[i], wstep[j]), tol)
     t = (np.arange(k) + 0.5) / k
-    xa, ya, ya_w = (a[i] for a in _poses(before, dx, dy, dyaw, t))
+    xa, ya, ya_w = _poses(before, i, dx, dy, dyaw, t)
     px, py = wb[j, 0, None] + t * wd[j, 0, None], wb[j, 1, None] + t * wd[j, 1, None]
     dist = box_disc_distance(xa, ya, ya_w, 0.5 * before.length[i, None], 0.5 * before.width[i, None], px, py)
     hit = (dist <= (radius + (reach[i] + wstep[j]) / (2 * k) + SLACK)[:, None]).any(axis=1)
-    return np.stack([i[hit], j[hit]], axis=1)
+    return _pair_rows(i[hit], j[hit])

@@ -97,4 +97,5 @@ def pedals_for(acceleration) -> tuple[np.ndarray, np.ndarray]:
         ``(throttle, brake)``, float64 arrays like ``acceleration``.
     """
     a = np.asarray(acceleration, dtype=np.float64)
-    return np.clip(a / C.MAX_ACCELERATION, 0.0, 1.0), np.clip(-a / C.MAX_DECELERATION, 0.0, 1.0)
+    return (np.minimum(np.maximum(a / C.MAX_ACCELERATION, 0.0), 1.0),
+            np.minimum(np.maximum(-a / C.MAX_DECELERATION, 0.0), 1.0))

@@ -54,6 +54,8 @@ class Sidewalks(Polylines):
         opposite: (M,) int64: the sidewalk across the road (jaywalking target), -1 for none.
         crosswalks: (X, 4) float64 rows (sidewalk a, s on a, sidewalk b, s on b): a crosswalk
             joins those two sidewalk points.
+        end_sidewalk: (2X,) int64: the sidewalk of each crosswalk end (column a of every row, then b).
+        end_s: (2X,) float64 [m]: the arc position of each end on it, in the same order.
     """
 
     def __init__(self, centrelines: Sequence[np.ndarray], width, opposite: Sequence[int],
@@ -71,10 +73,40 @@ class Sidewalks(Polylines):
         self.opposite = np.asarray(opposite, dtype=np.int64).reshape(m)
         if not ((self.opposite >= -1) & (self.opposite < m)).all():
             raise ValueError(f"opposite has indices outside [-1, {m})")
-        self.crosswalks = np.asarray(crosswalks, dtype=np.float64).reshape(-1, 4)
-        ends = self.crosswalks[:, [0, 2]].astype(np.int64)
-        if not ((ends >= 0) & (ends < m)).all():
-            raise ValueError(f"crosswalks name sidewalks outside [0, {m})")
+        self.crosswalks = crosswalks
+
+    @property
+    def crosswalks(self) -> np.ndarray:
+        """(X, 4) float64 rows (sidewalk a, s on a, sidewalk b, s on b); settable, validated as in ``__init__``."""
+        return self._crosswalks
+
+    @crosswalks.setter
+    def crosswalks(self, rows: Sequence[tuple[int, float, int, float]]) -> None:
+        cw = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
+        ends = cw[:, [0, 2]].astype(np.int64)
+        if not ((ends >= 0) & (ends < len(self))).all():
+            raise ValueError(f"crosswalks name sidewalks outside [0, {len(self)})")
+        self._crosswalks = cw
+        # The 2X crosswalk ends (every a end, then every b end): sidewalk and arc position, and their
+        # positions on the global arc axis of `Polylines`, sorted, for `ends_maybe_within`.
+        self.end_sidewalk = np.concatenate([cw[:, 0], cw[:, 2]]).astype(np.int64)
+        self.end_s = np.concatenate([cw[:, 1], cw[:, 3]])
+        self._end_key = np.sort(self._base[self.end_sidewalk] + self.end_s)
+
+    def ends_maybe_within(self, sidewalk: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Whether a crosswalk end may lie on ``sidewalk`` within [lo, hi]: (W,) bool, never False when one does.
+
+        One sorted search on the global arc axis: rounding base + s is monotone in s, so an end
+        within [lo, hi] on the same sidewalk always lands within [base + lo, base + hi]; an end of
+        another sidewalk, or one rounded onto a bound, may give a false True (the caller tests exactly).
+
+        Args:
+            sidewalk: (W,) int64 sidewalk indices.
+            lo: (W,) lower arc positions [m].
+            hi: (W,) upper arc positions [m], >= lo.
+        """
+        base = self._base[sidewalk]
+        return self._end_key.searchsorted(base + lo, side="left") < self._end_key.searchsorted(base + hi, side="right")
 
 
 @dataclass
@@ -112,8 +144,11 @@ class Walkers:
 
 
 def _sidewalk_pose(sw: Sidewalks, sidewalk, s, direction, offset):
+    """Points ``offset`` to the left of the centreline at ``s`` (p + offset * (-sin h, cos h)), facing ``direction``."""
     p, h = sw.at(sidewalk, s)
-    xy = p + offset[:, None] * np.stack([-np.sin(h), np.cos(h)], axis=1)
+    xy = np.empty_like(p)
+    np.subtract(p[:, 0], offset * np.sin(h), out=xy[:, 0])
+    np.add(p[:, 1], offset * np.cos(h), out=xy[:, 1])
     return xy, np.where(direction > 0, h, h + np.pi)
 
 
@@ -166,66 +201,73 @@ def step_walkers(w: Walkers, sw: Sidewalks, rng: np.random.Generator, dt: float 
         raise ValueError(f"dt={dt!r} (> 0), cross_probability={cross_probability!r} ([0, 1]) or "
                          f"jaywalk_rate={jaywalk_rate!r} (>= 0) out of range")
     cw = sw.crosswalks
-    if crosswalk_arrival is None:
-        arrival = np.full(len(cw), np.inf)
-    else:
+    if crosswalk_arrival is not None:
         arrival = np.asarray(crosswalk_arrival, dtype=np.float64)
-        if arrival.shape != (len(cw),) or not (arrival >= 0).all():
+        if arrival.shape != (len(cw),) or np.count_nonzero(arrival >= 0) != arrival.size:  # NaN fails too
             raise ValueError(f"crosswalk_arrival has shape {arrival.shape} or a value < 0: must be ({len(cw)},) "
                              "times >= 0 [s]")
     n = len(w.speed)
-    u_cross, u_jay, u_dir = rng.random(n), rng.random(n), rng.random(n)
-    mode, sidewalk, direction = w.mode.copy(), w.sidewalk.copy(), w.direction.copy()
-    start, end, crosswalk = w.start.copy(), w.end.copy(), w.crosswalk.copy()
+    u_cross, u_jay, u_dir = rng.random((3, n))  # the same numbers as three rng.random(n) calls, in order
+    mode, sidewalk, crosswalk = w.mode.copy(), w.sidewalk.copy(), w.crosswalk.copy()
+    start, end = w.start.copy(), w.end.copy()
     walking = mode == SIDEWALK
-    # On sidewalks: advance, turn back at the ends.
-    s_new = w.s + np.where(walking, direction * w.speed * dt, 0.0)
+    # On sidewalks: advance, turn back at the ends (rows not walking keep their s).
+    s_new = w.s + w.direction * w.speed * dt
     length = sw.length[sidewalk]
     turn = walking & ((s_new < 0) | (s_new > length))
-    s_new = np.where(walking, np.clip(s_new, 0.0, length), w.s)
-    direction = np.where(turn, -direction, direction)
-    # Crosswalk ends passed this tick (either end of each crosswalk): (W, X) tests. Deciders wait first.
-    new_s = w.s.copy()
-    for a, sa, b, sb in ((0, 1, 2, 3), (2, 3, 0, 1)):
-        passed = walking[:, None] & (sidewalk[:, None] == cw[None, :, a].astype(np.int64)) & (
-            (np.minimum(w.s, s_new)[:, None] <= cw[None, :, sa]) & (cw[None, :, sa] <= np.maximum(w.s, s_new)[:, None]))
-        first = np.argmax(passed, axis=1)
-        go = passed.any(axis=1) & (u_cross < cross_probability) & (mode == SIDEWALK)
-        if go.any():
-            c = cw[first[go]]
-            start[go], _ = sw.at(c[:, a].astype(np.int64), c[:, sa])
-            end[go], _ = sw.at(c[:, b].astype(np.int64), c[:, sb])
-            mode[go], sidewalk[go], new_s[go] = WAITING, c[:, b].astype(np.int64), c[:, sb]
-            crosswalk[go] = first[go]
+    s = np.where(walking, s_new.clip(0.0, length), w.s)
+    direction = np.where(turn, -w.direction, w.direction)
+    # Deciders who passed a crosswalk end this tick wait at it; the first crosswalk (lowest row) passed at
+    # its a end wins, else the first passed at its b end. A cheap conservative test first, exact on its hits.
+    deciding = walking & (u_cross < cross_probability)
+    lo, hi = np.minimum(w.s, s), np.maximum(w.s, s)
+    rows = np.flatnonzero(deciding & sw.ends_maybe_within(sidewalk, lo, hi))
+    if rows.size:
+        passed = (sidewalk[rows, None] == sw.end_sidewalk) & (lo[rows, None] <= sw.end_s) & (sw.end_s <= hi[rows, None])
+        at_a, at_b = passed[:, :len(cw)], passed[:, len(cw):]
+        from_a = at_a.any(axis=1)
+        first = np.where(from_a, at_a.argmax(axis=1), at_b.argmax(axis=1))
+        go = from_a | at_b.any(axis=1)
+        rows, first, from_a = rows[go], first[go], from_a[go]
+        a_end, b_end = first, first + len(cw)  # indices into sw.end_sidewalk and sw.end_s
+        src, dst = np.where(from_a, a_end, b_end), np.where(from_a, b_end, a_end)
+        start[rows], _ = sw.at(sw.end_sidewalk[src], sw.end_s[src])
+        end[rows], _ = sw.at(sw.end_sidewalk[dst], sw.end_s[dst])
+        mode[rows], sidewalk[rows], s[rows], crosswalk[rows] = WAITING, sw.end_sidewalk[dst], sw.end_s[dst], first
     # Jaywalkers leave towards the nearest point of the opposite sidewalk, without waiting.
-    jay = (mode == SIDEWALK) & w.jaywalker & (sw.opposite[sidewalk] >= 0) & (u_jay < jaywalk_rate * dt)
-    if jay.any():
+    jay = w.jaywalker & (u_jay < jaywalk_rate * dt)  # rarely true: the other conditions only then
+    if np.count_nonzero(jay):
+        jay &= (mode == SIDEWALK) & (sw.opposite[sidewalk] >= 0)
+    if np.count_nonzero(jay):
         target = sw.opposite[sidewalk[jay]]
         big = float(sw.length.max()) + 1.0
         ts, _, _ = sw.project(target, w.xy[jay], np.zeros(jay.sum()), back=big, ahead=big)
         ts = np.clip(ts, 0.0, sw.length[target])
         start[jay] = w.xy[jay]
         end[jay], _ = sw.at(target, ts)
-        mode[jay], sidewalk[jay], new_s[jay] = CROSSING, target, ts
-    s = np.where(mode == SIDEWALK, s_new, new_s)
+        mode[jay], sidewalk[jay], s[jay] = CROSSING, target, ts
+        crosswalk[jay] = -1
     seg = end - start
     seg_len = np.maximum(np.hypot(seg[:, 0], seg[:, 1]), 1e-9)
     # Waiting walkers go once the crosswalk stays clear for their crossing time plus the margin.
-    clear = (mode == WAITING) & (arrival[np.maximum(crosswalk, 0)] > seg_len / w.speed + YIELD_MARGIN)
-    mode = np.where(clear, CROSSING, mode)
+    waiting = mode == WAITING
+    if np.count_nonzero(waiting):
+        if crosswalk_arrival is None:
+            arrival = np.full(len(cw), np.inf)
+        mode[waiting & (arrival[np.maximum(crosswalk, 0)] > seg_len / w.speed + YIELD_MARGIN)] = CROSSING
     # Crossing walkers move straight; arrivals rejoin their target sidewalk in a random direction.
     was_crossing = w.mode == CROSSING
-    done = np.hypot(*(w.xy - start).T) + w.speed * dt
-    progress = np.where(was_crossing, done, 0.0)
+    d = w.xy - start
+    progress = np.hypot(d[:, 0], d[:, 1]) + w.speed * dt  # read only on crossing rows
     arrived = was_crossing & (progress >= seg_len)
-    mode = np.where(arrived, SIDEWALK, mode)
-    crosswalk = np.where(arrived | jay, -1, crosswalk)
-    direction = np.where(arrived, np.where(u_dir < 0.5, -1.0, 1.0), direction)
-    sxy, sheading = _sidewalk_pose(sw, sidewalk, s, direction, np.where(mode == SIDEWALK, w.offset, 0.0))
-    frac = np.clip(progress / seg_len, 0.0, 1.0)[:, None]
-    cxy = np.where(was_crossing[:, None], start + frac * seg, start)
-    off_sidewalk = mode != SIDEWALK
-    offset = np.where(arrived, 0.0, w.offset)
-    xy = np.where(off_sidewalk[:, None], cxy, sxy)
-    heading = np.where(off_sidewalk, np.arctan2(seg[:, 1], seg[:, 0]), sheading)
+    offset = w.offset.copy()
+    if np.count_nonzero(arrived):
+        mode[arrived], crosswalk[arrived], offset[arrived] = SIDEWALK, -1, 0.0
+        direction[arrived] = np.where(u_dir[arrived] < 0.5, -1.0, 1.0)
+    on_sidewalk = mode == SIDEWALK
+    xy, heading = _sidewalk_pose(sw, sidewalk, s, direction, np.where(on_sidewalk, w.offset, 0.0))
+    if np.count_nonzero(~on_sidewalk):
+        frac = (progress / seg_len).clip(0.0, 1.0)[:, None]
+        xy = np.where(on_sidewalk[:, None], xy, np.where(was_crossing[:, None], start + frac * seg, start))
+        heading = np.where(on_sidewalk, heading, np.arctan2(seg[:, 1], seg[:, 0]))
     return Walkers(xy, heading, w.speed, mode, sidewalk, s, direction, offset, start, end, w.jaywalker, crosswalk)
