@@ -11,9 +11,10 @@ from carla_gym.sim.navigation.adapters import CROSSWALK_SNAP, lanes_from_town, s
 from carla_gym.sim.navigation.episode import draw_goal
 from carla_gym.sim.navigation.junctions import CONFLICT_DISTANCE, conflicts, crosswalk_zones, grant
 from carla_gym.sim.navigation.scenarios import MAZE, MAZE_GOAL_TOLERANCE, resolve_nav_scenario
-from carla_gym.sim.navigation.world import NavWorld
+from carla_gym.sim.navigation.world import NavWorld, route_speed_limits
 from carla_gym.sim.town import Light, get_town
 from carla_gym.sim.traffic.collision import boxes_overlap
+from carla_gym.sim.traffic.idm import URBAN
 from carla_gym.sim.traffic.lanes import Lanes
 from carla_gym.sim.traffic.walkers import CROSSING, SIDEWALK, Sidewalks
 
@@ -250,3 +251,71 @@ def test_clear_goal_forgets_route_and_agent():
     assert w.agent is None and w.route is None and not w.route_done()
     with pytest.raises(RuntimeError, match="set_goal"):
         w.autopilot_control()
+
+
+def test_route_speed_limits_brake_towards_slower_curves_at_b():
+    xy = np.stack([np.arange(0.0, 40.0, 2.0), np.zeros(20)], axis=1)
+    curve = np.full(20, 12.0)
+    curve[15:] = 4.0  # a curve driven at 4 m/s from waypoint 15 (30 m) on
+    limits = route_speed_limits(curve, xy)
+    b = URBAN.comfortable_deceleration
+    expected = np.minimum(12.0, np.sqrt(4.0**2 + 2 * b * np.maximum(30.0 - xy[:, 0], 0.0)))
+    assert np.allclose(limits, expected, rtol=0, atol=1e-12)
+    assert limits[15:].tolist() == [4.0] * 5 and (limits <= curve).all() and limits[0] < 12.0
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_autopilot_keeps_its_lane_through_tight_junction_turns(seed):
+    """The autopilot keeps within 1.25 m of its lane through Town02's junction turns.
+
+    At the town's speed limit it drifted 1.6-1.75 m off its lane onto the kerb, where walkers wait; the
+    curve-speed limits of `route_speed_limits` keep it on the road.
+    """
+    w = NavWorld("Town02", 0, 0, seed=seed)
+    goal, _ = _goal_about(w, 150.0, seed)
+    w.set_goal(goal, "normal")
+    worst = 0.0
+    for _ in range(2400):
+        w.tick(*w.autopilot_control())
+        if w._static.connector[w.ego_location.lane]:
+            worst = max(worst, abs(w.ego_location.lateral))
+        if w.route_done():
+            break
+    assert w.route_done() and 0.5 < worst <= 1.25
+
+
+def test_autopilot_waits_for_room_before_a_lane_change():
+    """The autopilot waits for room on the target lane before a lane change on its route.
+
+    Failing input: Town04, 20 NPCs, 10 walkers, seed 4. The route starts with a lane change while an NPC
+    drives beside the ego on the target lane; the ego used to cut in and touch it at tick 39.
+    """
+    w = NavWorld("Town04", 20, 10, seed=4)
+    goal, _ = _goal_about(w, 150.0, 4)
+    w.set_goal(goal, "normal")
+    waited = 0
+    for _ in range(600):
+        k = np.arange(w._ego_route_s()[0], w._planner_routes.count[0])
+        along = w._planner_routes.s[0, k] - w._ego_route_s()[1]
+        waited += w._lane_change_blocked(k, along)
+        w.tick(*w.autopilot_control())
+    assert waited > 0 and w.counts["ego_vehicle"] == 0 and w.counts["ego_walker"] == 0
+
+
+def test_only_the_first_vehicle_of_a_lane_is_granted_a_connector():
+    """Only the first vehicle of a lane asks for its next connector.
+
+    A car queued behind another must not book one: it cannot reach it, and the car in front may wait for a
+    conflicting one (the deadlock of free_roam_Town05_v10_p5 seed 26).
+    """
+    w = NavWorld("Town02", 25, 0, seed=2)
+    grants = 0
+    for _ in range(1500):
+        before = w.held.copy()
+        lane = np.concatenate([[w.ego_location.lane], w.routes.lane])
+        s = np.concatenate([[w.ego_location.s], w.routes.s])
+        w.tick(0.0, 1.0, 0.0)
+        for row in np.flatnonzero((before < 0) & (w.held >= 0) & (w.held != lane)):
+            grants += 1
+            assert not ((lane == lane[row]) & (s > s[row])).any()
+    assert grants > 50 and w.counts["npc_npc"] == 0

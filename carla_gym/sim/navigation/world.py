@@ -12,7 +12,8 @@ One tick (`NavWorld.tick`), in this order:
 2. Junctions (`carla_gym.sim.navigation.junctions`): vehicles occupying a connector hold it,
    vehicles whose rear has cleared theirs release it, then vehicles near the end of their lane ask
    for their next connector (NPCs always; the ego only while it has a route, see
-   `NavWorld.set_goal`) and are granted first come first served (pairs with the ego use the
+   `NavWorld.set_goal`) if they are the first vehicle on their lane and their light is green (or
+   yellow and they cannot stop), and are granted first come first served (pairs with the ego use the
    wider `LOOSE_CONFLICT_DISTANCE`: the ego may be driven loosely).
 3. NPC longitudinal control, the IDM (`carla_gym.sim.traffic.idm`) behind the nearest of:
    a vehicle (the ego included) on its lane ahead, its next lane, or the lane after that where
@@ -132,6 +133,50 @@ brake only within 5 m + 1 s x speed at 0.6 brake, which stops a car at 47 km/h j
 _GREEN, _YELLOW, _RED = int(Light.GREEN), int(Light.YELLOW), int(Light.RED)
 """`Light` values as plain ints: comparing an int8 array with an IntEnum member costs about 10x more.
 `Light.NONE` is -1, below green: "no light or green" is ``light <= _GREEN``."""
+
+
+CURVE_BRAKING = URBAN.comfortable_deceleration
+"""Deceleration [m/s^2] with which the ego's route speed limits fall towards a slower curve ahead
+(`route_speed_limits`): the IDM's comfortable braking b, 2 m/s^2 (navigation.md section 4)."""
+
+LANE_CHANGE_GAP = 2.0
+"""Free distance [m] the autopilot wants on the target lane, ahead of and behind the ego's footprint, before
+it changes lanes on its route (own choice: the IDM's minimum gap s0)."""
+
+LANE_CHANGE_LOOKAHEAD = 15.0
+"""Distance ahead [m] within which a lane change on the ego's route makes the autopilot check the target lane
+(own choice: about a second at 50 km/h)."""
+
+LANE_CHANGE_HEADWAY = 1.0
+"""Extra gap behind the ego on the target lane, per m/s of the follower there [s] (own choice: MOBIL's safe
+braking needs the follower to keep a gap; 1 s is below the IDM's 1.5 s headway, a normal merge)."""
+
+
+def route_speed_limits(curve_speed: np.ndarray, waypoints: np.ndarray, braking: float = CURVE_BRAKING) -> np.ndarray:
+    """Speed limit [m/s] at each waypoint of a route: its lane's curve speed, lowered ahead of slower curves.
+
+    v_i = min over waypoints j >= i of sqrt(c_j^2 + 2 b (s_j - s_i)), with c_j the curve speed of waypoint
+    j's lane (the lane's speed limit, or less in a curve: `CURVE_ACCELERATION`, the rule NPCs drive by) and
+    s the distance along the route: the speed from which braking at b reaches every curve at its speed.
+    CARLA's agents read only the map's limits; here the bicycle model's grip (8 m/s^2) cannot hold a tight
+    junction turn at a town's limit, and an autopilot that drifted onto the kerb would hit waiting walkers.
+
+    Args:
+        curve_speed: (M,) curve speed of each waypoint's lane [m/s], > 0.
+        waypoints: (M, 2) route waypoints [m].
+        braking: b [m/s^2], > 0.
+
+    Returns:
+        (M,) float64 [m/s], each at most ``curve_speed``.
+
+    Example:
+        >>> xy = np.stack([np.arange(6.0), np.zeros(6)], axis=1)
+        >>> route_speed_limits(np.array([10.0, 10, 10, 10, 2, 2]), xy, braking=2.0).round(3).tolist()
+        [4.472, 4.0, 3.464, 2.828, 2.0, 2.0]
+    """
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(waypoints, axis=0).T))])
+    reach = curve_speed**2 + 2.0 * braking * s
+    return np.sqrt(np.minimum.accumulate(reach[::-1])[::-1] - 2.0 * braking * s)
 
 
 @dataclass(frozen=True)
@@ -287,13 +332,14 @@ class NavWorld:
         """Plan the ego's route to ``goal_xy`` (x, y) [m] and reset its autopilot (`agent_params(behavior)`).
 
         While a route is set, the ego also asks for the connectors on it (step 2 of the module
-        docstring), as an NPC would.
+        docstring), as an NPC would. The autopilot reads the route's speed limits from
+        `route_speed_limits`: each lane's curve speed, as NPCs drive, lowered ahead of a slower curve.
 
         Raises:
             ValueError: As `carla_gym.sim.town.plan_route` (goal off the network or unreachable).
         """
         self.route = plan_route(self.town, self.ego_location, goal_xy, spacing)
-        limits = np.array([self.town.lanes[k].speed_limit for k in self.route.lanes]) * C.KMH_PER_MS
+        limits = route_speed_limits(self._static.curve_speed[self.route.lanes], self.route.waypoints) * C.KMH_PER_MS
         turns = np.isin(self.route.options, (RoadOption.LEFT, RoadOption.RIGHT))
         self._planner_routes = make_routes(self.route.waypoints, limits, turns, self.route.yaw)
         self._planner = PlannerState.start(1)
@@ -340,6 +386,30 @@ class NavWorld:
         j = start[0] + max(i - 1, 0)
         return int(self.route.lanes[j]), float(self._planner_routes.s[0, j] - s)
 
+    def _lane_change_blocked(self, k: np.ndarray, along: np.ndarray) -> bool:
+        """Whether a lane change on the route within `LANE_CHANGE_LOOKAHEAD` must wait for room on the target lane.
+
+        Room: no vehicle on the target lane whose centre lies, along the ego's heading, within half the two
+        lengths plus `LANE_CHANGE_GAP` ahead, or that plus `LANE_CHANGE_HEADWAY` x its speed behind.
+
+        Args:
+            k: Indices of the route's waypoints ahead (`autopilot_control`), (K,) int.
+            along: Their distances ahead of the ego along the route [m], (K,).
+        """
+        lane = self.town.lanes[self.ego_location.lane]
+        sides = [side for side in (lane.left, lane.right) if side >= 0]
+        labels = self.route.lanes[k[along <= LANE_CHANGE_LOOKAHEAD]]
+        target = labels[np.isin(labels, sides)]
+        if not target.size:
+            return False
+        rows = np.flatnonzero(self.routes.lane == target[0]) + 1
+        if not rows.size:
+            return False
+        v = self.vehicles
+        lon = (v.x[rows] - v.x[0]) * np.cos(v.yaw[0]) + (v.y[rows] - v.y[0]) * np.sin(v.yaw[0])
+        reach = 0.5 * (v.length[0] + v.length[rows]) + LANE_CHANGE_GAP
+        return bool(((lon <= reach) & (lon >= -reach - LANE_CHANGE_HEADWAY * v.speed[rows])).any())
+
     def autopilot_control(self) -> tuple[float, float, float]:
         """Throttle, brake and steer of the ego's navigation agent for this tick (call once per tick).
 
@@ -349,7 +419,9 @@ class NavWorld:
         ahead (bumper gap, its speed); the nearest walker within half the ego's width plus
         the walker radius plus 0.5 m; the stop line of the next lane end whose light is red, or
         yellow and still stoppable, and the start of a connector not yet granted to the ego
-        (as a red light), each `AUTOPILOT_STOP_MARGIN` nearer than it is.
+        (as a red light), each `AUTOPILOT_STOP_MARGIN` nearer than it is; a standing vehicle right
+        ahead while a lane change on the route must wait for room on the target lane
+        (`_lane_change_blocked`: CARLA's agents check the target lane before they change lanes).
 
         Raises:
             RuntimeError: If no route was set (`set_goal`).
@@ -368,6 +440,8 @@ class NavWorld:
             gaps = np.where(near, along[None, :] - 0.5 * (ego.length[0] + ego.length[1:, None]), np.inf).min(axis=1)
             j = int(np.argmin(gaps))
             vehicle_gap, vehicle_speed = float(gaps[j]), float(ego.speed[1 + j]) if np.isfinite(gaps[j]) else 0.0
+        if len(k) and len(ego) > 1 and self._lane_change_blocked(k, along):
+            vehicle_gap, vehicle_speed = 0.0, 0.0  # wait where it is until the target lane has room
         if len(k) and len(self.walkers.speed):
             w = self.walkers.xy
             d = np.hypot(w[:, 0, None] - wp[None, :, 0], w[:, 1, None] - wp[None, :, 1])
@@ -390,8 +464,7 @@ class NavWorld:
                 break
         state = EgoState(ego.x[:1], ego.y[:1], ego.yaw[:1], ego.speed[:1], ego.beta[:1])
         step = agent_step(self._agent, self._planner, state, r,
-                          Obstacles(np.array([vehicle_gap]), np.array([vehicle_speed]), np.array([walker_gap]),
-                                    np.array([red_gap])))
+                          Obstacles.trusted(*np.array([[vehicle_gap], [vehicle_speed], [walker_gap], [red_gap]])))
         self._planner = step.state
         return float(step.throttle[0]), float(step.brake[0]), float(step.steer[0])
 
@@ -412,8 +485,10 @@ class NavWorld:
         light = self.lights[lane]
         can_stop = v.speed**2 / (2 * STOP_DECELERATION) <= rest
         light_ok = (light <= _GREEN) | ((light == _YELLOW) & ~can_stop)  # NONE (-1) or GREEN (0), or yellow
-        light_ok[0] = True  # the ego's autopilot handles its lights itself
-        asks = (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & (held < 0) & light_ok & (
+        # Only the first vehicle of a lane asks: one queued behind could hold a connector it cannot reach
+        # while the car in front waits for a conflicting one (a deadlock).
+        first = ~((lane[:, None] == lane) & (s > s[:, None])).any(axis=1)
+        asks = (nxt >= 0) & st.connector[np.maximum(nxt, 0)] & (held < 0) & light_ok & first & (
             rest <= v.speed * REQUEST_TIME + REQUEST_DISTANCE)
         loose = np.arange(len(held)) == 0  # the ego: any driver, and the PID autopilot cuts corners
         self.held = grant(st.conflict, held, np.where(asks, nxt, -1), rest, loose, st.loose_conflict)

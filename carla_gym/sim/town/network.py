@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -206,12 +207,17 @@ point on or beside a road finds its nearest lane point in the 3 x 3 cells around
 
 @dataclass(frozen=True, eq=False)
 class _Grid:
-    """Lane points bucketed by `GRID_CELL` cells: ``order[start[c]:start[c + 1]]`` are cell c's points."""
+    """Lane points bucketed by `GRID_CELL` cells: ``order[start[c]:start[c + 1]]`` are cell c's points.
+
+    Also each lane's point count and each point's arc length along its lane [m], for `locate_many`.
+    """
 
     origin: np.ndarray
     shape: tuple[int, int]
     order: np.ndarray
     start: np.ndarray
+    lane_count: np.ndarray
+    point_s: np.ndarray
 
 
 @functools.cache
@@ -223,7 +229,8 @@ def _grid(town: Town) -> _Grid:
     key = cells[:, 0] * shape[1] + cells[:, 1]
     order = np.argsort(key, kind="stable")
     start = np.searchsorted(key[order], np.arange(shape[0] * shape[1] + 1))
-    return _Grid(origin, shape, order, start)
+    count = np.array([len(lane.points) for lane in town.lanes], dtype=np.int64)
+    return _Grid(origin, shape, order, start, count, np.concatenate([lane.s for lane in town.lanes]))
 
 
 def _nearest_points(town: Town, xy: np.ndarray) -> np.ndarray:
@@ -276,26 +283,27 @@ def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     if xy.ndim != 2 or xy.shape[1] != 2 or not np.isfinite(xy).all():
         raise ValueError(f"xy shape {xy.shape}: must be (N, 2) finite [m]")
     nearest = _nearest_points(town, xy)
+    grid = _grid(town)
     lanes = town.point_lane[nearest]
-    index = town.point_index[nearest]
-    out_s = np.empty(len(xy))
-    out_lat = np.empty(len(xy))
-    for n, (lane_id, i) in enumerate(zip(lanes, index, strict=True)):
-        lane = town.lanes[lane_id]
-        best = None
-        for j in (i - 1, i):
-            if j < 0 or j + 1 >= len(lane.points):
+    out_s, out_lat = np.empty(len(xy)), np.empty(len(xy))
+    points, point_s = town.points, grid.point_s
+    for n, (p, i, count) in enumerate(zip(nearest.tolist(), town.point_index[nearest].tolist(),
+                                          grid.lane_count[lanes].tolist(), strict=True)):
+        x, y = xy[n].tolist()
+        best = math.inf
+        for j in (p - 1, p) if i > 0 else (p,):  # the segments before and after the point, where they exist
+            if j - p + i + 1 >= count:
                 continue
-            a, b = lane.points[j], lane.points[j + 1]
-            seg = b - a
-            seg_len = float(np.hypot(*seg))
-            t = min(max(float(np.dot(xy[n] - a, seg)) / seg_len**2, 0.0), 1.0)
-            foot = a + t * seg
-            dist = float(np.hypot(*(xy[n] - foot)))
-            if best is None or dist < best[0]:
-                right = np.array([-seg[1], seg[0]]) / seg_len
-                best = (dist, lane.s[j] + t * seg_len, float(np.dot(xy[n] - foot, right)))
-        out_s[n], out_lat[n] = best[1], best[2]
+            (ax, ay), (bx, by) = points[j].tolist(), points[j + 1].tolist()
+            sx, sy = bx - ax, by - ay
+            length = math.hypot(sx, sy)
+            t = min(max(((x - ax) * sx + (y - ay) * sy) / (length * length), 0.0), 1.0)
+            rx, ry = x - ax - t * sx, y - ay - t * sy
+            dist = math.hypot(rx, ry)
+            if dist < best:  # ties: the segment before the point
+                best = dist
+                out_s[n] = point_s[j] + t * length
+                out_lat[n] = (ry * sx - rx * sy) / length  # positive to the right of travel
     return lanes.astype(np.int64), out_s, out_lat
 
 
