@@ -1,4 +1,4 @@
-"""Sample frames of every town and the town renderer's speed: python benchmarks/town_samples.py [out_dir].
+"""Sample frames of every town and the town renderer's speed: python benchmarks/town_samples.py [OUT_DIR].
 
 Writes ``town_<name>_front.png`` (640x360) and ``town_<name>_birdeye.png`` (256x256, 50 m across,
 with the route and goal) into docs/samples (or ``out_dir``) for a scene placed by a seeded
@@ -9,13 +9,14 @@ away. Then prints ms per frame of `render_town` at 84x84 and 640x360 on Town05 (
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from carla_gym.cli_args import HelpFormatter
 from carla_gym.sim.town import TOWN_NAMES, get_town, light_state, plan_route
 from carla_gym.sim.town.render import render_town
 from carla_gym.sim.traffic.vehicles import make_vehicles
@@ -62,4 +63,7 @@ def main(out_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("docs/samples"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    parser.add_argument("out_dir", nargs="?", type=Path, default=Path("docs/samples"),
+                        help="folder for the PNGs (created if missing)")
+    main(parser.parse_args().out_dir)

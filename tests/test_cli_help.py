@@ -51,6 +51,8 @@ def _files_with_a_parser() -> set[str]:
 
 def test_every_command_line_is_listed():
     assert _files_with_a_parser() <= {file for _, file in COMMANDS.values()}
+    scripts = {str(p.relative_to(REPO)) for p in REPO.glob("benchmarks/*.py") if "__main__" in p.read_text()}
+    assert scripts <= _files_with_a_parser()  # every script answers --help (none reads sys.argv by hand)
 
 
 def run_help(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:

@@ -167,6 +167,8 @@ def test_step_errors():
     ("kwargs", "match"),
     [
         (dict(scenario="nope"), "Unknown scenario"),
+        (dict(scenario="maze_navigation"), r"scenario='maze_navigation' is a navigation scenario.*NavEpisode"),
+        (dict(scenario=["trolley_saves", "free_roam_Town05_v10_p5"]), r"'free_roam_Town05_v10_p5' is a navigation"),
         (dict(scenario=[]), "at least one"),
         (dict(action_mode="discrete"), "action_mode"),
         (dict(observation_mode="image"), "observation_mode"),

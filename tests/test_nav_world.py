@@ -295,9 +295,10 @@ def test_autopilot_waits_for_room_before_a_lane_change():
     w.set_goal(goal, "normal")
     waited = 0
     for _ in range(600):
-        k = np.arange(w._ego_route_s()[0], w._planner_routes.count[0])
-        along = w._planner_routes.s[0, k] - w._ego_route_s()[1]
-        waited += w._lane_change_blocked(k, along)
+        i, s_ego = w._ego_route_s()
+        k = np.arange(max(i - 10, 0), w._planner_routes.count[0])
+        along = w._planner_routes.s[0, k] - s_ego
+        waited += np.isfinite(w._lane_change_wait(k[along >= 0], along[along >= 0]))
         w.tick(*w.autopilot_control())
     assert waited > 0 and w.counts["ego_vehicle"] == 0 and w.counts["ego_walker"] == 0
 

@@ -88,6 +88,7 @@ PYTHON_BLOCKS = {
     "Quick start / python 1": PyRun(),
     "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
+    "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),
     "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
     "CLIP reward shaping (VLM-RL) / python 1": PyRun(
         substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',

@@ -15,6 +15,7 @@ from carla_gym.envs.observation import OBSERVATION_TYPES, ObservationType, ObsTy
 from carla_gym.envs.rewards import REWARD_TERMS
 from carla_gym.openenv.urls import EXAMPLE_URL
 from carla_gym.sim import constants as C
+from carla_gym.sim.navigation.scenarios import is_nav_name
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.road import lane_centre
 from carla_gym.sim.scenarios import resolve_scenario
@@ -259,6 +260,10 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         if not scenarios:
             raise ValueError("scenario=[]: give at least one scenario name")
         for name in scenarios:
+            if is_nav_name(name):
+                raise ValueError(f"scenario={name!r} is a navigation scenario, which CarlaTrolley-v0 does not run; "
+                                 "run it with carla_gym.sim.navigation.episode.NavEpisode or `carla-gym serve` "
+                                 "(a Gymnasium id for navigation is planned)")
             resolve_scenario(name, scenario_config)  # fail fast with the catalogue's message
         if isinstance(backend, Backend):
             self.backend = backend

@@ -459,7 +459,8 @@ class NavEpisode:
                 try:
                     world.set_goal(xy, behavior)
                 except ValueError as err:
-                    raise ValueError(f"set_destination (destination_x, destination_y)={xy}: {err}") from None
+                    reason = str(err).split(": ", 1)[-1] if str(err).startswith("goal_xy=") else str(err)
+                    raise ValueError(f"set_destination (destination_x, destination_y)={xy}: {reason}") from None
                 self.destination = (*xy, call.destination_z or 0.0)
             self.behavior = behavior
 
@@ -477,10 +478,11 @@ class NavEpisode:
             side = call.lane_direction.lower()
         new = loc.lane if side is None else (lane.left if side == "left" else lane.right)
         if new < 0:
+            valid = [d for d, n in (("left", lane.left), ("right", lane.right)) if n >= 0]
             raise ValueError(f"lane_change {side}: lane {loc.lane} (lane_{k}) of {town.name} has no same-direction "
-                             f"neighbour on the {side}; valid: "
-                             + ", ".join(d for d, n in (("left", lane.left), ("right", lane.right)) if n >= 0)
-                             + " (or none)")
+                             f"neighbour on the {side}; "
+                             + (f"valid here: lane_direction={valid[0]!r}" if valid else
+                                "it has none on either side (a one-lane road), so no lane change is possible here"))
         s = float(np.clip(loc.s, 0.0, town.lanes[new].length))
         return Routes(np.array([new]), np.array([s]), np.array([_straightest(town, new)]))
 

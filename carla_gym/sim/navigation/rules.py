@@ -68,7 +68,9 @@ DIFFERENCES = (
     ("B27", "nearby_actors in world order", "nearest first"),
     ("B19", "is_truncated never set", "reaching max_steps is a truncation, arrival and collision terminations"),
     ("§2.7", "goal drawn by straight-line distance in [min, max] from shuffled spawn points",
-     "goal drawn uniformly among candidates whose route distance is in [min, max]"),
+     "goal drawn uniformly among candidates whose route distance is in [min, max]; with none in range, the "
+     "farthest reachable one (the maze: the nearest to goal_distance), as upstream's fallback; "
+     "scenario_data['route_length'] tells"),
     ("§2.7", "goal_location is used only with random_goal=False; otherwise silently ignored",
      "goal_location alone fixes the goal; contradicting random_goal is an error; a goal off the lanes is an error"),
     ("§2.2", "unknown scenario_config keys are silently ignored", "they are an error naming the valid keys"),

@@ -36,9 +36,10 @@ One tick (`NavWorld.tick`), in this order:
    stop for walkers on them, which keeps it at 0 without jaywalkers; a jaywalker stepping out within
    an NPC's stopping distance can still be hit; counted).
 7. NPC routes advance (`carla_gym.sim.traffic.lanes.advance_routes`; a route at a dead end
-   respawns at a free spawn point), the ego is located on the lane network, time advances.
+   respawns at a spawn point at least 10 m from every vehicle, the ego included), the ego is located on
+   the lane network, time advances.
 
-Known limits (for the integration session): gridlock is possible at very high densities (a car
+Known limits: gridlock is possible at very high densities (a car
 holding a connector waits for room on its exit lane); the ego's own lane comes from the nearest
 lane point when it has no route, so in a junction it may count on an overlapping connector.
 """
@@ -125,12 +126,17 @@ AUTOPILOT_HORIZON = 50.0
 """Distance along the ego's route [m] searched for vehicles and walkers by `NavWorld.autopilot_control`
 (own choice: the behaviour agent's detection range is at most 70 / 3 m, navigation.md section 2)."""
 
+AUTOPILOT_BACK = 10
+"""Waypoints behind the planner's queue front searched for the ego's centre (`NavWorld.autopilot_control`): at
+most 2 m apart, they cover the queue's reach of 3 m + 0.5 s x speed up to 34 m/s (own choice)."""
+
 AUTOPILOT_STOP_MARGIN = 3.0
 """The ego's autopilot is told the stop line is this much nearer [m] than it is (own choice: the agents
 brake only within 5 m + 1 s x speed at 0.6 brake, which stops a car at 47 km/h just after the line)."""
 
 
 _GREEN, _YELLOW, _RED = int(Light.GREEN), int(Light.YELLOW), int(Light.RED)
+_LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT))
 """`Light` values as plain ints: comparing an int8 array with an IntEnum member costs about 10x more.
 `Light.NONE` is -1, below green: "no light or green" is ``light <= _GREEN``."""
 
@@ -146,6 +152,10 @@ it changes lanes on its route (own choice: the IDM's minimum gap s0)."""
 LANE_CHANGE_LOOKAHEAD = 15.0
 """Distance ahead [m] within which a lane change on the ego's route makes the autopilot check the target lane
 (own choice: about a second at 50 km/h)."""
+
+LANE_CHANGE_COMMITTED = 2.0
+"""Distance [m] into a lane change after which the autopilot completes it whatever the target lane holds
+(own choice: the route's quintic blend over 12 m has moved the car about 0.1 m sideways by then)."""
 
 LANE_CHANGE_HEADWAY = 1.0
 """Extra gap behind the ego on the target lane, per m/s of the follower there [s] (own choice: MOBIL's safe
@@ -220,6 +230,14 @@ def _static(town: Town) -> _Static:
         zone[lane, :len(ids)] = zones[ids, lane]
     return _Static(lanes, sidewalks, conflicts(town), conflicts(town, LOOSE_CONFLICT_DISTANCE),
                    np.array([lane.is_connector for lane in town.lanes]), curve, single, zones, zone_id, zone)
+
+
+def _walker_margin(walkers: Walkers) -> np.ndarray:
+    """Extra half width [m] of a driver's corridor for each walker, (W,): the one rule for NPCs and the autopilot.
+
+    `WALKER_MARGIN`, and a lane width more while the walker crosses (towards the driver's path).
+    """
+    return WALKER_MARGIN + np.where(walkers.mode == CROSSING, C.LANE_WIDTH, 0.0)
 
 
 def _no_walkers() -> Walkers:
@@ -374,7 +392,11 @@ class NavWorld:
         return i, float(r.s[0, i] - np.hypot(r.xy[0, i, 0] - ego.x[0], r.xy[0, i, 1] - ego.y[0]))
 
     def _ego_next_connector(self) -> tuple[int, float]:
-        """First connector on the ego's route ahead that it does not occupy, and its start's distance [m]."""
+        """First connector on the ego's route ahead that it does not occupy, and its start's distance [m].
+
+        ``(-1, inf)`` without a route, and while the connector leaves from another lane than the ego's (a lane
+        change comes first): the ego asks for a connector only from the lane it leaves from, as NPCs do.
+        """
         if self.route is None:
             return -1, np.inf
         i, s = self._ego_route_s()
@@ -384,31 +406,45 @@ class NavWorld:
         if start.size == 0:
             return -1, np.inf
         j = start[0] + max(i - 1, 0)
+        if self.route.lanes[j - 1] != self.ego_location.lane:
+            return -1, np.inf
         return int(self.route.lanes[j]), float(self._planner_routes.s[0, j] - s)
 
-    def _lane_change_blocked(self, k: np.ndarray, along: np.ndarray) -> bool:
-        """Whether a lane change on the route within `LANE_CHANGE_LOOKAHEAD` must wait for room on the target lane.
+    def _lane_change_wait(self, k: np.ndarray, along: np.ndarray) -> float:
+        """Distance [m] from the ego's centre to the start of a lane change it must not begin yet, else inf.
 
-        Room: no vehicle on the target lane whose centre lies, along the ego's heading, within half the two
-        lengths plus `LANE_CHANGE_GAP` ahead, or that plus `LANE_CHANGE_HEADWAY` x its speed behind.
+        A lane change on the route (waypoints with a CHANGELANE road option) starting within
+        `LANE_CHANGE_LOOKAHEAD` waits for room on the target lane: no vehicle there whose centre lies, along
+        the ego's heading, within half the two lengths plus `LANE_CHANGE_GAP` ahead, or that plus
+        `LANE_CHANGE_HEADWAY` x its speed behind. Once the ego's centre is `LANE_CHANGE_COMMITTED` into the
+        lane change it completes it.
 
         Args:
-            k: Indices of the route's waypoints ahead (`autopilot_control`), (K,) int.
-            along: Their distances ahead of the ego along the route [m], (K,).
+            k: Indices of the route's waypoints from the ego's centre on (`autopilot_control`), (K,) int.
+            along: Their distances ahead of the ego's centre along the route [m], (K,), >= 0.
         """
+        options = self.route.options
+        change = np.isin(options[k], _LANE_CHANGES)
+        if not change.any():
+            return np.inf
+        start = int(k[change][0])
+        while start > 0 and options[start - 1] in _LANE_CHANGES:  # back to the lane change's first waypoint
+            start -= 1
+        route_s = self._planner_routes.s[0]
+        start_along = float(along[change][0] - (route_s[k[change][0]] - route_s[start]))
+        if not -LANE_CHANGE_COMMITTED <= start_along <= LANE_CHANGE_LOOKAHEAD:  # far ahead, or begun: finish it
+            return np.inf
         lane = self.town.lanes[self.ego_location.lane]
-        sides = [side for side in (lane.left, lane.right) if side >= 0]
-        labels = self.route.lanes[k[along <= LANE_CHANGE_LOOKAHEAD]]
-        target = labels[np.isin(labels, sides)]
-        if not target.size:
-            return False
-        rows = np.flatnonzero(self.routes.lane == target[0]) + 1
+        labels = self.route.lanes[k[change]]
+        target = labels[np.isin(labels, [side for side in (lane.left, lane.right) if side >= 0])]
+        rows = np.flatnonzero(self.routes.lane == target[0]) + 1 if target.size else np.zeros(0, dtype=np.int64)
         if not rows.size:
-            return False
+            return np.inf
         v = self.vehicles
         lon = (v.x[rows] - v.x[0]) * np.cos(v.yaw[0]) + (v.y[rows] - v.y[0]) * np.sin(v.yaw[0])
         reach = 0.5 * (v.length[0] + v.length[rows]) + LANE_CHANGE_GAP
-        return bool(((lon <= reach) & (lon >= -reach - LANE_CHANGE_HEADWAY * v.speed[rows])).any())
+        blocked = ((lon <= reach) & (lon >= -reach - LANE_CHANGE_HEADWAY * v.speed[rows])).any()
+        return max(start_along, 0.0) if blocked else np.inf
 
     def autopilot_control(self) -> tuple[float, float, float]:
         """Throttle, brake and steer of the ego's navigation agent for this tick (call once per tick).
@@ -416,12 +452,14 @@ class NavWorld:
         Uses `carla_gym.sim.agents.agent_step` on the route of `set_goal`, with obstacles measured
         from the world (approximate: along the route's waypoints, within `AUTOPILOT_HORIZON`):
         the nearest NPC whose centre lies within half the two widths plus 0.3 m of a waypoint
-        ahead (bumper gap, its speed); the nearest walker within half the ego's width plus
-        the walker radius plus 0.5 m; the stop line of the next lane end whose light is red, or
-        yellow and still stoppable, and the start of a connector not yet granted to the ego
-        (as a red light), each `AUTOPILOT_STOP_MARGIN` nearer than it is; a standing vehicle right
-        ahead while a lane change on the route must wait for room on the target lane
-        (`_lane_change_blocked`: CARLA's agents check the target lane before they change lanes).
+        ahead (bumper gap, its speed); the nearest walker within half the ego's width plus the
+        walker radius plus `_walker_margin` (the NPCs' corridor rule); the stop line of the next
+        lane end whose light is red, or yellow and still stoppable, and the start of a connector
+        not yet granted to the ego (as a red light), each `AUTOPILOT_STOP_MARGIN` nearer than it
+        is; a standing vehicle at the start of a lane change on the route that must wait for room
+        on the target lane (`_lane_change_wait`: CARLA's agents check the target lane before they
+        change lanes). Waypoints are searched from the ego's centre, not from the planner's queue
+        front, which runs a few metres ahead.
 
         Raises:
             RuntimeError: If no route was set (`set_goal`).
@@ -430,9 +468,13 @@ class NavWorld:
             raise RuntimeError("autopilot_control needs a route: call set_goal(goal_xy) first")
         r, ego = self._planner_routes, self.vehicles
         i, s_ego = self._ego_route_s()
-        k = np.arange(i, r.count[0])
-        k = k[r.s[0, k] - s_ego <= AUTOPILOT_HORIZON]
-        wp, along = r.xy[0, k], r.s[0, k] - s_ego
+        # Waypoints from the ego's centre on: the queue front i lies up to a reach distance (3 m + 0.5 s x
+        # speed) ahead, and an obstacle between the ego and it must not go unseen.
+        k = np.arange(max(i - AUTOPILOT_BACK, 0), r.count[0])
+        along = r.s[0, k] - s_ego
+        keep = (along >= 0.0) & (along <= AUTOPILOT_HORIZON)
+        k, along = k[keep], along[keep]
+        wp = r.xy[0, k]
         vehicle_gap, vehicle_speed, walker_gap = np.inf, 0.0, np.inf
         if len(k) and len(ego) > 1:
             d = np.hypot(ego.x[1:, None] - wp[None, :, 0], ego.y[1:, None] - wp[None, :, 1])
@@ -440,12 +482,13 @@ class NavWorld:
             gaps = np.where(near, along[None, :] - 0.5 * (ego.length[0] + ego.length[1:, None]), np.inf).min(axis=1)
             j = int(np.argmin(gaps))
             vehicle_gap, vehicle_speed = float(gaps[j]), float(ego.speed[1 + j]) if np.isfinite(gaps[j]) else 0.0
-        if len(k) and len(ego) > 1 and self._lane_change_blocked(k, along):
-            vehicle_gap, vehicle_speed = 0.0, 0.0  # wait where it is until the target lane has room
+        wait = self._lane_change_wait(k, along) if len(k) and len(ego) > 1 else np.inf
+        if wait - 0.5 * ego.length[0] < vehicle_gap:  # stand before the lane change until the target lane has room
+            vehicle_gap, vehicle_speed = max(wait - 0.5 * ego.length[0], 0.0), 0.0
         if len(k) and len(self.walkers.speed):
             w = self.walkers.xy
             d = np.hypot(w[:, 0, None] - wp[None, :, 0], w[:, 1, None] - wp[None, :, 1])
-            near = d <= 0.5 * ego.width[0] + C.WALKER_RADIUS + 0.5
+            near = d <= (0.5 * ego.width[0] + C.WALKER_RADIUS + _walker_margin(self.walkers))[:, None]
             walker_gap = float(np.where(near, along[None, :] - 0.5 * ego.length[0], np.inf).min())
         red_gap = np.inf
         lanes = self.route.lanes
@@ -593,7 +636,7 @@ class NavWorld:
             dy = self.walkers.xy[None, :, 1] - npc.y[:, None]
             c, s_ = np.cos(npc.yaw)[:, None], np.sin(npc.yaw)[:, None]
             lon, lat = dx * c + dy * s_, -dx * s_ + dy * c
-            margin = WALKER_MARGIN + np.where(self.walkers.mode == CROSSING, C.LANE_WIDTH, 0.0)
+            margin = _walker_margin(self.walkers)
             inside = (lon > 0) & (lon < WALKER_HORIZON) & (
                 np.abs(lat) < 0.5 * npc.width[:, None] + C.WALKER_RADIUS + margin[None, :])
             wgap = np.where(inside, lon - 0.5 * npc.length[:, None] - C.WALKER_RADIUS, np.inf).min(axis=1)
@@ -661,7 +704,7 @@ class NavWorld:
         spawns = self.town.spawn_points
         npc_after = _rows(after, slice(1, None))
         self.routes, npc, _ = advance_routes(self._static.lanes, self.routes, npc_after, self.rng,
-                                             (spawns.lane, spawns.s))
+                                             (spawns.lane, spawns.s), keep_clear=(after.x[0], after.y[0]))
         if npc is npc_after:  # nobody respawned: the rows are after's own
             self.vehicles = after
         else:

@@ -300,7 +300,7 @@ def locate_many(town: Town, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
             t = min(max(((x - ax) * sx + (y - ay) * sy) / (length * length), 0.0), 1.0)
             rx, ry = x - ax - t * sx, y - ay - t * sy
             dist = math.hypot(rx, ry)
-            if dist < best:  # ties: the segment before the point
+            if dist < best or best == math.inf:  # ties: the segment before the point; the first one always
                 best = dist
                 out_s[n] = point_s[j] + t * length
                 out_lat[n] = (ry * sx - rx * sy) / length  # positive to the right of travel

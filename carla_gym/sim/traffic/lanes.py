@@ -209,7 +209,8 @@ def drive(lanes: Lanes, routes: Routes, v: Vehicles, p: IDMParams = URBAN, horiz
 
 
 def advance_routes(lanes: Lanes, routes: Routes, v: Vehicles, rng: np.random.Generator,
-                   spawns: tuple[np.ndarray, np.ndarray] | None = None, clearance: float = 10.0):
+                   spawns: tuple[np.ndarray, np.ndarray] | None = None, clearance: float = 10.0,
+                   keep_clear: np.ndarray | None = None):
     """Project the moved vehicles onto their lanes, move them on at lane ends, respawn ended routes.
 
     Args:
@@ -219,6 +220,8 @@ def advance_routes(lanes: Lanes, routes: Routes, v: Vehicles, rng: np.random.Gen
         rng: Generator for next lanes and spawn choices.
         spawns: ``(lane, s)`` arrays of spawn points; None: ended routes stay where they are.
         clearance: A spawn point is free when no vehicle centre lies within this distance [m].
+        keep_clear: Centres (K, 2) [m] of other vehicles that are not routed here (the ego), which a free
+            spawn point must also keep ``clearance`` from; None: none.
 
     Returns:
         ``(routes, v, lateral)``: the new routes, the vehicles (respawned rows moved to their
@@ -237,8 +240,10 @@ def advance_routes(lanes: Lanes, routes: Routes, v: Vehicles, rng: np.random.Gen
         v = Vehicles(**{k: getattr(v, k).copy() for k in v.__dataclass_fields__})
         spawn_lane, spawn_s = (np.asarray(a) for a in spawns)
         spawn_xy, spawn_heading = lanes.at(spawn_lane, spawn_s)
+        others = np.zeros((0, 2)) if keep_clear is None else np.asarray(keep_clear, dtype=np.float64).reshape(-1, 2)
         for i in ended:  # rare (a route end), so a short Python loop
-            dist = np.hypot(spawn_xy[:, None, 0] - v.x[None, :], spawn_xy[:, None, 1] - v.y[None, :]).min(axis=1)
+            x, y = np.concatenate([v.x, others[:, 0]]), np.concatenate([v.y, others[:, 1]])
+            dist = np.hypot(spawn_xy[:, None, 0] - x[None, :], spawn_xy[:, None, 1] - y[None, :]).min(axis=1)
             free = np.flatnonzero(dist > clearance)
             if free.size == 0:
                 continue

@@ -77,7 +77,10 @@ class Sidewalks(Polylines):
 
     @property
     def crosswalks(self) -> np.ndarray:
-        """(X, 4) float64 rows (sidewalk a, s on a, sidewalk b, s on b); settable, validated as in ``__init__``."""
+        """(X, 4) float64 rows (sidewalk a, s on a, sidewalk b, s on b), read-only.
+
+        Assign a new array to change it: it is validated as in ``__init__`` and the crosswalk-end tables follow.
+        """
         return self._crosswalks
 
     @crosswalks.setter
@@ -86,6 +89,8 @@ class Sidewalks(Polylines):
         ends = cw[:, [0, 2]].astype(np.int64)
         if not ((ends >= 0) & (ends < len(self))).all():
             raise ValueError(f"crosswalks name sidewalks outside [0, {len(self)})")
+        cw = cw.copy()
+        cw.flags.writeable = False  # the tables below derive from it: change it by assigning a new array
         self._crosswalks = cw
         # The 2X crosswalk ends (every a end, then every b end): sidewalk and arc position, and their
         # positions on the global arc axis of `Polylines`, sorted, for `ends_maybe_within`.
