@@ -320,3 +320,41 @@ def test_only_the_first_vehicle_of_a_lane_is_granted_a_connector():
             grants += 1
             assert not ((lane == lane[row]) & (s > s[row])).any()
     assert grants > 50 and w.counts["npc_npc"] == 0
+
+
+def test_route_bookkeeping_is_the_same_whoever_drives():
+    """An ego with a route driven by replayed controls is located along it as the autopilot's own ego is.
+
+    The planner's queue used to advance only inside `autopilot_control`, so an ego driven by ``control`` after
+    ``set_destination`` stayed on the route's first lane (wrong junction requests and crosswalk gaps).
+    """
+    worlds = [NavWorld("Town05", 10, 5, seed=7) for _ in range(2)]
+    goal, _ = _goal_about(worlds[0], 150.0, 7)
+    for w in worlds:
+        w.set_goal(goal, "normal")
+    lanes = set()
+    for _ in range(400):
+        controls = worlds[0].autopilot_control()
+        for w in worlds:
+            w.tick(*controls)  # world 1 never runs its autopilot: only the controls replayed
+        assert worlds[1].ego_location == worlds[0].ego_location
+        assert worlds[1]._planner.index[0] == worlds[0]._planner.index[0]
+        lanes.add(worlds[1].ego_location.lane)
+    a, b = worlds[0].state_arrays(), worlds[1].state_arrays()
+    assert all(np.array_equal(a[k], b[k]) for k in a) and len(lanes) >= 3
+
+
+def test_ego_spawn_places_the_ego_and_keeps_npcs_off_its_spawn_point():
+    town = get_town("Town02")
+    sp = town.spawn_points
+    for spawn in (0, 17, len(sp) - 1):
+        w = NavWorld(town, 20, 0, seed=3, ego_spawn=spawn)
+        ego = (w.vehicles.x[0], w.vehicles.y[0], w.vehicles.yaw[0])
+        assert ego == (sp.xy[spawn, 0], sp.xy[spawn, 1], sp.yaw[spawn])
+        assert w.ego_location.lane == sp.lane[spawn] and len(w.vehicles) == 21
+        assert np.hypot(w.vehicles.x[1:] - sp.xy[spawn, 0], w.vehicles.y[1:] - sp.xy[spawn, 1]).min() > 0.0
+    same = NavWorld(town, 20, 0, seed=3, ego_spawn=17), NavWorld(town, 20, 0, seed=3, ego_spawn=17)
+    assert np.array_equal(same[0].vehicles.x, same[1].vehicles.x)
+    for bad in (-1, len(sp), 2.0, True):
+        with pytest.raises(ValueError, match=rf"ego_spawn={bad!r}: must be a spawn point index in \[0, {len(sp)}\)"):
+            NavWorld(town, 0, 0, ego_spawn=bad)

@@ -15,6 +15,8 @@ def register_envs() -> None:
     """Register every carla_gym id with Gymnasium (idempotent)."""
     if "CarlaTrolley-v0" not in registry:
         register(id="CarlaTrolley-v0", entry_point="carla_gym.envs.trolley:CarlaTrolleyEnv")
+    if "CarlaNavigation-v0" not in registry:  # not in ENV_IDS yet: tests/test_env.py runs trolley scenarios on those
+        register(id="CarlaNavigation-v0", entry_point="carla_gym.envs.navigation:CarlaNavigationEnv")
 
 
 __all__ = ["ACTION_TYPES", "ENV_IDS", "OBSERVATION_TYPES", "REWARD_TERMS", "ActType", "ActionType", "CarlaTrolleyEnv",

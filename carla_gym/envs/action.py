@@ -36,6 +36,27 @@ ActType = int | np.integer | np.ndarray
 """An action of `CarlaTrolleyEnv`: an integer index (``"tools"``) or a float32 array of shape (2,) (``"control"``)."""
 
 
+
+def parse_control(action: ActType) -> tuple[float, float]:
+    """``(steer, throttle_or_brake)`` of a continuous control action, as floats: the one check of the Box(2) actions.
+
+    Args:
+        action: Two numbers [steer, throttle_or_brake] in [-1, 1] (a positive second entry is throttle, a
+            negative one brake).
+
+    Raises:
+        ValueError: ``action`` is not two numbers in [-1, 1] (NaN included); the message names it.
+    """
+    try:
+        if np.shape(action) != (2,):
+            raise ValueError
+        steer, pedal = float(action[0]), float(action[1])
+    except (TypeError, ValueError):
+        steer = pedal = math.nan
+    if not (-1.0 <= steer <= 1.0 and -1.0 <= pedal <= 1.0):  # also rejects NaN
+        raise ValueError(f"action={action!r}: expected [steer, throttle_or_brake] with both entries in [-1, 1]")
+    return steer, pedal
+
 class ActionType(abc.ABC):
     """What the agent's actions are: their space and the tool call each one makes.
 
@@ -129,14 +150,7 @@ class ControlAction(ActionType):
         Raises:
             ValueError: ``action`` is not two numbers in [-1, 1] (NaN included).
         """
-        try:
-            if np.shape(action) != (2,):
-                raise ValueError
-            steer, pedal = float(action[0]), float(action[1])
-        except (TypeError, ValueError):
-            steer = pedal = math.nan
-        if not (-1.0 <= steer <= 1.0 and -1.0 <= pedal <= 1.0):  # also rejects NaN
-            raise ValueError(f"action={action!r}: expected [steer, throttle_or_brake] with both entries in [-1, 1]")
+        steer, pedal = parse_control(action)
         call = ToolCall("control", throttle=max(pedal, 0.0), brake=max(-pedal, 0.0), steer=steer)
         if self.smoothing:
             self._steer = S.smooth_steer(self._steer, steer, self.smoothing, self.duration)

@@ -46,7 +46,7 @@ lane point when it has no route, so in a junction it may count on an overlapping
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 
 import numpy as np
@@ -61,6 +61,7 @@ from carla_gym.sim.agents import (
     make_routes,
 )
 from carla_gym.sim.agents.local_planner import Routes as PlannerRoutes
+from carla_gym.sim.agents.local_planner import pop_reached
 from carla_gym.sim.kinematics import EgoState
 from carla_gym.sim.navigation.adapters import lanes_from_town, sidewalks_from_town
 from carla_gym.sim.navigation.junctions import (
@@ -295,7 +296,7 @@ class NavWorld:
     """
 
     def __init__(self, town: str | Town, n_vehicles: int = 0, n_walkers: int = 0, seed: int = 0,
-                 jaywalk_share: float = 0.0, idm: IDMParams = URBAN, dt: float = C.DT):
+                 jaywalk_share: float = 0.0, idm: IDMParams = URBAN, dt: float = C.DT, ego_spawn: int | None = None):
         """Place the ego and the NPCs at distinct seeded spawn points, the walkers on sidewalks.
 
         Args:
@@ -306,10 +307,13 @@ class NavWorld:
             jaywalk_share: Share of walkers that jaywalk, in [0, 1].
             idm: NPC car-following parameters (navigation.md section 4's urban set).
             dt: Tick length [s], > 0.
+            ego_spawn: Index of the ego's spawn point, in [0, spawn points); None: drawn with the NPCs' (the
+                default; with an index the draws differ, so a seed's NPCs differ from the default's).
 
         Raises:
-            ValueError: If a count or the share is out of range, dt <= 0, the town name is unknown, or
-                walkers are asked for in a town without sidewalks (the message names the town).
+            ValueError: If a count or the share is out of range, dt <= 0, the town name is unknown, walkers
+                are asked for in a town without sidewalks (the message names the town), or ``ego_spawn`` is
+                not a spawn point index.
         """
         self.town = get_town(town) if isinstance(town, str) else town
         spawns = self.town.spawn_points
@@ -321,10 +325,17 @@ class NavWorld:
             raise ValueError(f"n_walkers={n_walkers!r}: town {self.town.name} has no sidewalks, so it takes 0 walkers")
         if not dt > 0:
             raise ValueError(f"dt={dt!r}: must be > 0 [s]")
+        if ego_spawn is not None and (isinstance(ego_spawn, bool) or not isinstance(ego_spawn, int | np.integer)
+                                      or not 0 <= ego_spawn < len(spawns)):
+            raise ValueError(f"ego_spawn={ego_spawn!r}: must be a spawn point index in [0, {len(spawns)}) of "
+                             f"{self.town.name}, or None")
         self._static = _static(self.town)
         self.idm, self.dt = idm, dt
         self.rng = np.random.default_rng(seed)
         pick = self.rng.permutation(len(spawns))[:n_vehicles + 1]
+        if ego_spawn is not None:  # the ego at the given spawn point, the NPCs at the first others drawn
+            pick = np.concatenate([[ego_spawn], self.rng.permutation(len(spawns))])
+            pick = np.concatenate([pick[:1], pick[1:][pick[1:] != ego_spawn][:n_vehicles]])
         self.vehicles = make_vehicles(spawns.xy[pick, 0], spawns.xy[pick, 1], spawns.yaw[pick], rng=self.rng)
         self.routes = start_routes(self._static.lanes, spawns.lane[pick[1:]], spawns.s[pick[1:]], self.rng)
         if self._static.sidewalks is None:
@@ -718,9 +729,18 @@ class NavWorld:
         return info
 
     def _locate_ego(self) -> None:
-        """The ego's lane and s: along its route while it has one, else the nearest lane point."""
+        """The ego's lane and s: along its route while it has one, else the nearest lane point.
+
+        With a route, the planner's queue first drops the waypoints the ego has reached, whoever drove it
+        (the autopilot pops them itself too; popping is idempotent): an ego driven by ``control`` after
+        ``set_destination`` is located along its route as it goes.
+        """
         xy = np.array([self.vehicles.x[0], self.vehicles.y[0]])
         if self.route is not None:
+            v = self.vehicles
+            index = pop_reached(self._planner_routes, self._planner.index, v.x[:1], v.y[:1], v.speed[:1])
+            if index[0] != self._planner.index[0]:
+                self._planner = replace(self._planner, index=index)
             i, _ = self._ego_route_s()
             lane = int(self.route.lanes[max(i - 1, 0)])
             s, lateral, _ = self._static.lanes.project(np.array([lane]), xy[None], np.array([self.ego_location.s]),

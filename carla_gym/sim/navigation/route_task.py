@@ -1,0 +1,485 @@
+"""VLM-RL's route-following task: reward factors, terminations and route bookkeeping, gym-free.
+
+Pure functions over arrays plus one small tracker (`RouteTracker`) that carries an episode's
+counters, so that `carla_gym.envs.navigation.CarlaNavigationEnv` stays a thin adapter (HighwayEnv's
+world model vs env split). Every rule and constant comes from VLM-RL's ``CarlaRouteEnv``
+(``carla_env/envs/carla_route_env.py``, ``carla_env/rewards.py`` ``reward_fn5`` and
+``reward_fn_5_default``, ``config.py``), as described in ../shared/spec/vlm_rl.md sections 2.4-2.6
+and 4.2; where this module differs, the docstring says so.
+
+Units: speeds in km/h wherever VLM-RL uses km/h (the names end in ``_kmh``), distances in m, angles
+in rad, time in s. Positions are in the simulator's frame (x forward, y to the right of +x, yaw
+positive turning right), as CARLA's left-handed frame: "lateral" is positive to the right.
+
+Example:
+    >>> float(speed_reward(10.0)), float(centering_factor(1.5)), float(angle_factor(0.0))
+    (0.5, 0.5, 1.0)
+    >>> float(base_reward(22.0, 0.0, 0.0, np.zeros(30)))
+    1.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from carla_gym.sim import constants as C
+
+MIN_SPEED_KMH = 20.0
+"""Below this speed [km/h] the speed reward ramps linearly from 0 (VLM-RL config ``min_speed``; spec 2.6)."""
+
+TARGET_SPEED_KMH = 25.0
+"""Up to this speed [km/h] the speed reward is 1 (VLM-RL config ``target_speed``; spec 2.6)."""
+
+MAX_SPEED_KMH = 35.0
+"""The speed reward reaches 0 here [km/h], and a faster ego ends the episode: "Too fast" (VLM-RL config
+``max_speed``; spec 2.5, 2.6)."""
+
+MAX_DISTANCE = 3.0
+"""Distance from the route [m] at which the centring factor reaches 0, and beyond which the episode ends:
+"Off-track" (VLM-RL config ``max_distance``; spec 2.5, 2.6)."""
+
+ANGLE_LIMIT = 2.3
+"""VLM-RL's ``angle_diff`` helper returns 0 for angles of at least this magnitude [rad] (spec 2.6)."""
+
+ANGLE_DECIMALS = 2
+"""VLM-RL's ``angle_diff`` rounds the angle to 0.01 rad (``round(angle, 2)``; spec 2.6); so does `route_angle`."""
+
+STD_WINDOW = 30
+"""Number of most recent centre distances whose standard deviation `distance_std_factor` takes (VLM-RL
+``reward_fn5``; spec 2.6)."""
+
+STD_SCALE = 0.4
+"""Standard deviation [m] at which the distance-std factor reaches 0 (VLM-RL ``reward_fn5``; spec 2.6)."""
+
+PENALTY = -10.0
+"""Reward of a terminal failure step (VLM-RL ``create_reward_fn`` ``penalty_reward`` for ``reward_fn5``;
+spec 2.6)."""
+
+STOP_SPEED_KMH = 1.0
+"""Below this speed [km/h] the ego counts as stopped (VLM-RL ``create_reward_fn`` early stop; spec 2.5)."""
+
+STOP_TIME = 90.0
+"""Time [s] stopped in a row that ends the episode: "Vehicle stopped" (VLM-RL: 90 x fps steps; spec 2.5)."""
+
+WAYPOINT_SPACING = 1.0
+"""Route resolution [m] (VLM-RL plans with ``GlobalRoutePlanner`` at 1.0 m; spec 2.2, 2.4)."""
+
+NUM_WAYPOINTS = 15
+"""Route waypoints the policy observes (VLM-RL ``waypoints`` Box(15, 2); spec 2.2)."""
+
+WAYPOINT_RANGE = 50.0
+"""Bound [m] of each observed waypoint coordinate (VLM-RL's Box range [-50, 50]; spec 2.2)."""
+
+EVAL_ROUTES: tuple[tuple[int, int], ...] = (
+    (48, 21), (0, 72), (28, 83), (61, 39), (27, 14), (6, 67), (61, 49), (37, 64), (33, 80), (12, 30))
+"""VLM-RL's 10 evaluation routes, (start, end) spawn indices of Town02, one per evaluation episode in this
+order (``CarlaRouteEnv`` with ``eval=True``; spec 2.4). Applied to another town's spawn list by index."""
+
+TRAIN_ROUTES: tuple[tuple[int, int], ...] = (
+    (57, 81), (70, 11), (70, 12), (78, 68), (74, 41), (42, 73), (71, 62), (74, 40), (71, 77), (6, 12), (65, 52),
+    (63, 80))
+"""VLM-RL's 12 training "intersection" routes, (start, end) spawn indices of Town02, cycled on even training
+episodes (``CarlaRouteEnv`` training mode; spec 2.4)."""
+
+COLLISION, OFF_TRACK, TOO_FAST, STOPPED, SUCCESS = "collision", "off_track", "too_fast", "stopped", "success"
+"""Episode end reasons (`termination`): the first four are failures (reward `PENALTY`), the last a success."""
+
+FAILURES = (COLLISION, OFF_TRACK, TOO_FAST, STOPPED)
+"""End reasons that are failures, in the order `termination` checks them."""
+
+
+def spawn_pair(pair: tuple[int, int], num_spawns: int) -> tuple[int, int]:
+    """A route's spawn indices on a town with ``num_spawns`` spawn points: each index modulo ``num_spawns``.
+
+    CARLA's Town02 has more spawn points (VLM-RL's indices go up to 83) than this simulator's Town02
+    analogue (68), so the indices wrap around: a documented difference, the routes are not CARLA's.
+
+    Example:
+        >>> spawn_pair((0, 72), 68)
+        (0, 4)
+    """
+    return pair[0] % num_spawns, pair[1] % num_spawns
+
+
+def speed_reward(speed_kmh):
+    """VLM-RL's speed reward: v/20 below 20 km/h, 1 up to 25 km/h, 1 - (v - 25)/10 above (negative past 35).
+
+    Args:
+        speed_kmh: Ego speed [km/h], a float or an array.
+
+    Returns:
+        The reward, float64 of the same shape (spec 2.6, ``reward_fn5``).
+
+    Example:
+        >>> speed_reward(np.array([0.0, 10, 20, 25, 30, 35])).tolist()
+        [0.0, 0.5, 1.0, 1.0, 0.5, 0.0]
+    """
+    v = np.asarray(speed_kmh, dtype=np.float64)
+    return np.where(v < MIN_SPEED_KMH, v / MIN_SPEED_KMH,
+                    np.where(v > TARGET_SPEED_KMH, 1.0 - (v - TARGET_SPEED_KMH) / (MAX_SPEED_KMH - TARGET_SPEED_KMH),
+                             1.0))
+
+
+def distance_to_line(a, b, p) -> float:
+    """Distance [m] from point ``p`` to the infinite line through ``a`` and ``b`` (to ``a`` when they coincide).
+
+    VLM-RL's ``distance_to_line`` (its ``utils.py``), in 2-D.
+
+    Example:
+        >>> distance_to_line((0.0, 0.0), (1.0, 0.0), (5.0, -2.0))
+        2.0
+    """
+    a, b, p = (np.asarray(x, dtype=np.float64) for x in (a, b, p))
+    ab = b - a
+    norm = math.hypot(ab[0], ab[1])
+    if norm < 1e-9:
+        return float(math.hypot(*(p - a)))
+    return float(abs(ab[0] * (a[1] - p[1]) - ab[1] * (a[0] - p[0])) / norm)
+
+
+def centering_factor(distance):
+    """VLM-RL's centring factor ``max(1 - d / 3, 0)`` (spec 2.6).
+
+    ``d`` is the distance from the ego to the line through the current and next route waypoints
+    (`RouteTracker`), never to a lane of the road: off the route the factor is 0.
+
+    Args:
+        distance: d [m], >= 0, a float or an array.
+
+    Example:
+        >>> centering_factor(np.array([0.0, 1.5, 3.0, 10.0])).tolist()
+        [1.0, 0.5, 0.0, 0.0]
+    """
+    return np.maximum(1.0 - np.asarray(distance, dtype=np.float64) / MAX_DISTANCE, 0.0)
+
+
+def route_angle(route_yaw: float, velocity_yaw: float, speed: float) -> float:
+    """Signed angle [rad] from the route heading to the ego's velocity, as VLM-RL's ``angle_diff`` returns it.
+
+    VLM-RL's helper returns 0 when either vector has zero length (the ego stands still) and for angles
+    of magnitude `ANGLE_LIMIT` (2.3 rad) or more, and rounds to 0.01 rad (`ANGLE_DECIMALS`); this
+    function does all three. So a standing ego, and one driving against the route (|theta| >= 2.3),
+    get an angle factor of 1: a quirk kept for parity (the speed reward is 0 at standstill, and a turn
+    against the route on this 3 m corridor ends off-track first).
+
+    Args:
+        route_yaw: Heading of the route at the ego's current waypoint [rad].
+        velocity_yaw: Direction of the ego's velocity [rad] (heading plus slip angle).
+        speed: Ego speed [m/s], >= 0.
+
+    Returns:
+        The angle in (-2.3, 2.3), positive when the velocity points right of the route, rounded to 0.01.
+
+    Example:
+        >>> route_angle(0.0, 0.5, 3.0), route_angle(0.0, 0.5, 0.0), route_angle(0.0, 3.0, 3.0)
+        (0.5, 0.0, 0.0)
+    """
+    if speed <= 0.0:
+        return 0.0
+    theta = math.remainder(velocity_yaw - route_yaw, math.tau)
+    if abs(theta) >= ANGLE_LIMIT:
+        return 0.0
+    return float(np.round(theta, ANGLE_DECIMALS))
+
+
+def angle_factor(theta):
+    """VLM-RL's heading factor ``max(1 - |theta| / (pi / 2), 0)`` (spec 2.6); theta from `route_angle`.
+
+    Example:
+        >>> angle_factor(np.array([0.0, math.pi / 4, -math.pi / 2, 2.0])).tolist()
+        [1.0, 0.5, 0.0, 0.0]
+    """
+    return np.maximum(1.0 - np.abs(np.asarray(theta, dtype=np.float64)) / (math.pi / 2), 0.0)
+
+
+def distance_std_factor(distances) -> float:
+    """VLM-RL's stability factor ``max(1 - std(last 30 d) / 0.4, 0)`` (spec 2.6).
+
+    Args:
+        distances: The centre distances [m] of the episode so far, newest last (at least one); only the
+            last `STD_WINDOW` count. The standard deviation is numpy's (population, ddof 0).
+
+    Example:
+        >>> distance_std_factor([0.0, 0.4]), distance_std_factor([1.0] * 40)
+        (0.5, 1.0)
+    """
+    recent = np.asarray(distances, dtype=np.float64)[-STD_WINDOW:]
+    return float(max(1.0 - float(np.std(recent)) / STD_SCALE, 0.0))
+
+
+def base_reward(speed_kmh: float, distance: float, theta: float, distances) -> float:
+    """VLM-RL's ``reward_fn5``: speed reward x centring x angle x distance-std factors (spec 2.6).
+
+    Args:
+        speed_kmh: Ego speed [km/h].
+        distance: Current distance from the route line [m].
+        theta: Angle from `route_angle` [rad].
+        distances: Centre-distance history, newest last (`distance_std_factor`).
+
+    Example:
+        >>> base_reward(10.0, 1.5, math.pi / 4, [0.0, 0.4])  # 0.5 * 0.5 * 0.5 * 0.5
+        0.0625
+    """
+    return float(speed_reward(speed_kmh) * centering_factor(distance) * angle_factor(theta)
+                 * distance_std_factor(distances))
+
+
+@dataclass(frozen=True)
+class RouteRules:
+    """Which early stops apply and their limits (VLM-RL ``early_stop=True``; spec 2.5).
+
+    VLM-RL's evaluation turns off-track and too-fast off; `CarlaNavigationEnv` keeps them in every
+    mode (this project's foundation; see its docstring).
+
+    Attributes:
+        max_distance: Off-track beyond this distance from the route [m] (`MAX_DISTANCE`); inf: never.
+        max_speed_kmh: Too fast above this speed [km/h] (`MAX_SPEED_KMH`); inf: never.
+        stop_speed_kmh: Stopped below this speed [km/h] (`STOP_SPEED_KMH`).
+        stop_time: Stopped this long in a row [s] ends the episode (`STOP_TIME`), > 0.
+    """
+
+    max_distance: float = MAX_DISTANCE
+    max_speed_kmh: float = MAX_SPEED_KMH
+    stop_speed_kmh: float = STOP_SPEED_KMH
+    stop_time: float = STOP_TIME
+
+    def __post_init__(self) -> None:
+        for name in ("max_distance", "max_speed_kmh", "stop_speed_kmh", "stop_time"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and value > 0):  # NaN fails too
+                raise ValueError(f"{name}={value!r}: must be a number > 0")
+
+    def stop_ticks(self, dt: float) -> int:
+        """Ticks of ``dt`` seconds stopped in a row that end the episode: ceil(stop_time / dt).
+
+        Example:
+            >>> RouteRules().stop_ticks(0.05), RouteRules().stop_ticks(1 / 15)
+            (1800, 1350)
+        """
+        return math.ceil(self.stop_time / dt - 1e-9)
+
+
+def termination(rules: RouteRules, collided: bool, distance: float, speed_kmh: float, stopped_ticks: int,
+                dt: float, reached_end: bool) -> str | None:
+    """Why the episode ends now, or None: the first failure of `FAILURES` that holds, else `SUCCESS`.
+
+    Args:
+        rules: The limits.
+        collided: The ego touched a vehicle or walker this tick.
+        distance: Distance from the route line [m].
+        speed_kmh: Ego speed [km/h].
+        stopped_ticks: Ticks in a row with the speed below ``rules.stop_speed_kmh``, this one included.
+        dt: Tick length [s].
+        reached_end: The ego has passed the route's last waypoint.
+
+    Example:
+        >>> termination(RouteRules(), False, 3.5, 20.0, 0, 0.05, False)
+        'off_track'
+        >>> termination(RouteRules(), False, 0.1, 20.0, 0, 0.05, True)
+        'success'
+    """
+    if collided:
+        return COLLISION
+    if distance > rules.max_distance:
+        return OFF_TRACK
+    if speed_kmh > rules.max_speed_kmh:
+        return TOO_FAST
+    if stopped_ticks >= rules.stop_ticks(dt):
+        return STOPPED
+    if reached_end:
+        return SUCCESS
+    return None
+
+
+def advance_index(waypoints: np.ndarray, yaw: np.ndarray, index: int, xy) -> int:
+    """The ego's current waypoint after it moved to ``xy``: VLM-RL's "did we pass the next waypoint" loop.
+
+    While the ego lies ahead of the next waypoint along that waypoint's heading (a positive dot
+    product), the next one becomes current; the index never goes back, and stops at the last waypoint.
+
+    Args:
+        waypoints: Route positions (M, 2) [m].
+        yaw: Route headings (M,) [rad].
+        index: The current waypoint before the move, in [0, M).
+        xy: Ego position (2,) [m].
+
+    Example:
+        >>> wp = np.stack([np.arange(5.0), np.zeros(5)], axis=1)
+        >>> advance_index(wp, np.zeros(5), 0, (2.5, 0.3)), advance_index(wp, np.zeros(5), 0, (9.0, 0.0))
+        (2, 4)
+    """
+    x, y = float(xy[0]), float(xy[1])
+    last = len(waypoints) - 1
+    while index < last:
+        nx, ny = waypoints[index + 1]
+        if math.cos(yaw[index + 1]) * (x - nx) + math.sin(yaw[index + 1]) * (y - ny) > 0.0:
+            index += 1
+        else:
+            break
+    return index
+
+
+def route_distance(waypoints: np.ndarray, index: int, xy) -> float:
+    """Distance [m] from ``xy`` to the line through the current waypoint and the next (VLM-RL's centre distance).
+
+    At the last waypoint: the line through the last two; on a one-waypoint route: the distance to that point.
+    """
+    if len(waypoints) == 1:
+        return distance_to_line(waypoints[0], waypoints[0], xy)
+    i = min(index, len(waypoints) - 2)
+    return distance_to_line(waypoints[i], waypoints[i + 1], xy)
+
+
+def waypoints_ahead(waypoints: np.ndarray, yaw: np.ndarray, index: int, count: int = NUM_WAYPOINTS) -> np.ndarray:
+    """``count`` route waypoints from ``index`` on, padded by extrapolating the last segment (spec 2.2).
+
+    Args:
+        waypoints: Route positions (M, 2) [m], about `WAYPOINT_SPACING` apart.
+        yaw: Route headings (M,) [rad] (used to extrapolate a one-waypoint route, 1 m steps).
+        index: First waypoint, in [0, M).
+        count: How many, >= 1.
+
+    Returns:
+        (count, 2) float64 [m], world frame.
+
+    Example:
+        >>> wp = np.stack([np.arange(3.0), np.zeros(3)], axis=1)
+        >>> waypoints_ahead(wp, np.zeros(3), 1, 4)[:, 0].tolist()
+        [1.0, 2.0, 3.0, 4.0]
+    """
+    out = waypoints[index:index + count]
+    missing = count - len(out)
+    if missing <= 0:
+        return out.copy()
+    if len(waypoints) >= 2:
+        step = waypoints[-1] - waypoints[-2]
+    else:
+        step = WAYPOINT_SPACING * np.array([math.cos(yaw[-1]), math.sin(yaw[-1])])
+    extra = waypoints[-1] + np.arange(1, missing + 1)[:, None] * step
+    return np.concatenate([out, extra])
+
+
+def to_ego_frame(points: np.ndarray, xy, yaw: float) -> np.ndarray:
+    """World points (N, 2) [m] as (lateral, longitudinal) [m] in the ego frame, VLM-RL's waypoint order.
+
+    VLM-RL rotates by the ego yaw and swaps the axes (spec 2.2); lateral is positive to the right.
+
+    Example:
+        >>> to_ego_frame(np.array([[10.0, 2.0]]), (0.0, 0.0), 0.0).tolist()
+        [[2.0, 10.0]]
+    """
+    dx, dy = points[:, 0] - float(xy[0]), points[:, 1] - float(xy[1])
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.stack([-dx * s + dy * c, dx * c + dy * s], axis=1)
+
+
+@dataclass(frozen=True)
+class RouteStep:
+    """What one tick of the route task measured (`RouteTracker.update`).
+
+    Attributes:
+        distance: Distance from the route line [m].
+        theta: Angle from `route_angle` [rad].
+        speed_reward: `speed_reward` of the speed.
+        centering_factor: `centering_factor` of ``distance``.
+        angle_factor: `angle_factor` of ``theta``.
+        distance_std_factor: `distance_std_factor` of the history.
+        base_reward: Product of the four.
+        reward: ``base_reward``, or `PENALTY` on a failure.
+        end: `termination`'s reason, or None.
+    """
+
+    distance: float
+    theta: float
+    speed_reward: float
+    centering_factor: float
+    angle_factor: float
+    distance_std_factor: float
+    base_reward: float
+    reward: float
+    end: str | None
+
+
+@dataclass
+class RouteTracker:
+    """One episode's route bookkeeping: current waypoint, distances, averages, the stop timer (spec 2.5-2.6, 4.2).
+
+    Attributes:
+        waypoints: Route positions (M, 2) [m].
+        yaw: Route headings (M,) [rad].
+        rules: Early-stop limits.
+        dt: Tick length [s].
+        index: Current waypoint (VLM-RL ``current_waypoint_index``).
+        total_distance: Distance driven [m], summed per-tick displacement (``distance_traveled``).
+        center_dev_sum: Sum of the centre distances of the ticks [m].
+        speed_sum: Sum of the speeds of the ticks [km/h].
+        steps: Ticks done.
+        stopped_ticks: Ticks in a row below the stop speed.
+        history: Last `STD_WINDOW` centre distances [m].
+        last_xy: Ego position after the last tick [m].
+    """
+
+    waypoints: np.ndarray
+    yaw: np.ndarray
+    rules: RouteRules
+    dt: float
+    last_xy: np.ndarray
+    index: int = 0
+    total_distance: float = 0.0
+    center_dev_sum: float = 0.0
+    speed_sum: float = 0.0
+    steps: int = 0
+    stopped_ticks: int = 0
+    history: deque = field(default_factory=lambda: deque(maxlen=STD_WINDOW))
+
+    @property
+    def routes_completed(self) -> float:
+        """``(index + 1) / M``: VLM-RL's ``routes_completed`` of one route (spec 4.2), in (0, 1]."""
+        return (self.index + 1) / len(self.waypoints)
+
+    @property
+    def avg_center_dev(self) -> float:
+        """Mean centre distance over the ticks [m] (0 before the first)."""
+        return self.center_dev_sum / self.steps if self.steps else 0.0
+
+    @property
+    def avg_speed(self) -> float:
+        """Mean speed over the ticks [km/h], standstill included (0 before the first)."""
+        return self.speed_sum / self.steps if self.steps else 0.0
+
+    def measure(self, xy, velocity_yaw: float, speed: float) -> tuple[float, float]:
+        """Centre distance [m] and `route_angle` [rad] at ``xy`` without changing the tracker."""
+        index = advance_index(self.waypoints, self.yaw, self.index, xy)
+        return route_distance(self.waypoints, index, xy), route_angle(float(self.yaw[index]), velocity_yaw, speed)
+
+    def update(self, xy, velocity_yaw: float, speed: float, collided: bool) -> RouteStep:
+        """Account one tick that left the ego at ``xy`` and return its measures, reward and end reason.
+
+        Args:
+            xy: Ego position (2,) [m].
+            velocity_yaw: Direction of the ego's velocity [rad].
+            speed: Ego speed [m/s], >= 0.
+            collided: The ego touched a vehicle or walker during the tick.
+        """
+        xy = np.asarray(xy, dtype=np.float64)
+        self.index = advance_index(self.waypoints, self.yaw, self.index, xy)
+        distance = route_distance(self.waypoints, self.index, xy)
+        theta = route_angle(float(self.yaw[self.index]), velocity_yaw, speed)
+        speed_kmh = speed * C.KMH_PER_MS
+        self.total_distance += float(math.hypot(*(xy - self.last_xy)))
+        self.last_xy = xy
+        self.center_dev_sum += distance
+        self.speed_sum += speed_kmh
+        self.steps += 1
+        self.stopped_ticks = self.stopped_ticks + 1 if speed_kmh < self.rules.stop_speed_kmh else 0
+        self.history.append(distance)
+        terms = (float(speed_reward(speed_kmh)), float(centering_factor(distance)), float(angle_factor(theta)),
+                 distance_std_factor(self.history))
+        base = terms[0] * terms[1] * terms[2] * terms[3]
+        end = termination(self.rules, collided, distance, speed_kmh, self.stopped_ticks, self.dt,
+                          self.index >= len(self.waypoints) - 1)
+        return RouteStep(distance, theta, *terms, base, PENALTY if end in FAILURES else base, end)
