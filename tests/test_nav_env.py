@@ -131,6 +131,12 @@ def test_eval_routes_cycle_and_seed_restarts_them():
     routes = [env.reset(seed=0 if k == 0 else None)[1]["route"] for k in range(3)]
     assert routes == [R.spawn_pair(p, 68) for p in R.EVAL_ROUTES[:3]]
     assert env.reset(seed=5)[1]["route"] == (48, 21)
+    # seeded episodes can still walk the cycle: options={"route_index": k}
+    assert [env.reset(seed=9, options={"route_index": k})[1]["route"] for k in range(3)] == routes
+    with pytest.raises(ValueError, match=r"options\['route_index'\]=-1: must be an integer >= 0"):
+        env.reset(options={"route_index": -1})
+    with pytest.raises(ValueError, match="options key 'route': the only option is 'route_index'"):
+        env.reset(options={"route": 2})
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
@@ -143,6 +149,9 @@ def test_eval_routes_cycle_and_seed_restarts_them():
     ({"scenario_config": {"lanes": 2}}, "'lanes'"),
     ({"action_mode": "tools"}, "action_mode='tools'"),
     ({"steer_smoothing": 1.0}, "steer_smoothing=1.0"),
+    ({"stop_time_s": float("inf")}, "stop_time_s=inf: must be a finite number of seconds > 0"),
+    ({"stop_time_s": True}, "stop_time_s=True"),
+    ({"stop_time_s": 0}, "stop_time_s=0"),
 ])
 def test_bad_arguments_name_the_value(kwargs, named):
     with pytest.raises(ValueError, match=named.replace("(", r"\(").replace(")", r"\)")):

@@ -36,7 +36,6 @@ ActType = int | np.integer | np.ndarray
 """An action of `CarlaTrolleyEnv`: an integer index (``"tools"``) or a float32 array of shape (2,) (``"control"``)."""
 
 
-
 def parse_control(action: ActType) -> tuple[float, float]:
     """``(steer, throttle_or_brake)`` of a continuous control action, as floats: the one check of the Box(2) actions.
 

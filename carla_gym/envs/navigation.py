@@ -211,7 +211,11 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
                 raise ValueError(f"{key}={value!r}: choose one of {list(valid)}")
         if not (isinstance(steer_smoothing, int | float) and 0.0 <= steer_smoothing < 1.0):
             raise ValueError(f"steer_smoothing={steer_smoothing!r}: must be in [0, 1) (VLM-RL uses 0.75)")
-        self.rules = R.RouteRules(stop_time=stop_time_s)
+        try:
+            self.rules = R.RouteRules(stop_time=stop_time_s)
+        except ValueError as error:
+            raise ValueError(f"stop_time_s={stop_time_s!r}: must be a finite number of seconds > 0 "
+                             f"(VLM-RL: 90)") from error
         self.scenarios = tuple(names)
         self.configs = {name: _check_config(scenario_config, len(get_town(name.removeprefix("route_")).spawn_points))
                         for name in dict.fromkeys(names)}
@@ -254,10 +258,29 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
         raise ValueError(f"route={route!r}: no drivable route between spawn points {pairs[-1]} of {town.name}")
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        """Start an episode: a new seeded world, the ego at the route's start (class docstring)."""
+        """Start an episode: a new seeded world, the ego at the route's start (class docstring).
+
+        Args:
+            seed: Seeds ``np_random`` and restarts the route cycle at episode 0.
+            options: ``{"route_index": k}`` starts this episode at place k of the route cycle (evaluation route
+                k % 10; training: pair k // 2 % 12 on even k, a random pair on odd k), so that seeded episodes
+                can still walk through every route.
+
+        Raises:
+            ValueError: An unknown option or a bad ``route_index``.
+        """
         super().reset(seed=seed)
         if seed is not None:
             self._episode = 0
+        if options is not None:
+            unknown = sorted(set(options) - {"route_index"})
+            if unknown:
+                raise ValueError(f"options key {unknown[0]!r}: the only option is 'route_index'")
+            index = options.get("route_index", self._episode)
+            if isinstance(index, bool) or not isinstance(index, int | np.integer) or index < 0:
+                raise ValueError(f"options['route_index']={index!r}: must be an integer >= 0 (the episode's place in "
+                                 "the route cycle: eval route k % 10, train pair k // 2 % 12 on even k)")
+            self._episode = int(index)
         name = self.scenarios[int(self.np_random.integers(len(self.scenarios)))] if len(self.scenarios) > 1 \
             else self.scenarios[0]
         config = self.configs[name]

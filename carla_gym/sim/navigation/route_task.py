@@ -172,7 +172,8 @@ def route_angle(route_yaw: float, velocity_yaw: float, speed: float) -> float:
         speed: Ego speed [m/s], >= 0.
 
     Returns:
-        The angle in (-2.3, 2.3), positive when the velocity points right of the route, rounded to 0.01.
+        The angle in [-2.3, 2.3] (0 from 2.3 rad on, tested before rounding), positive when the velocity
+        points right of the route, rounded to 0.01.
 
     Example:
         >>> route_angle(0.0, 0.5, 3.0), route_angle(0.0, 0.5, 0.0), route_angle(0.0, 3.0, 3.0)
@@ -250,8 +251,11 @@ class RouteRules:
     def __post_init__(self) -> None:
         for name in ("max_distance", "max_speed_kmh", "stop_speed_kmh", "stop_time"):
             value = getattr(self, name)
-            if not (isinstance(value, int | float) and value > 0):  # NaN fails too
+            if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):  # NaN fails too
                 raise ValueError(f"{name}={value!r}: must be a number > 0")
+        if math.isinf(self.stop_time) or math.isinf(self.stop_speed_kmh):
+            raise ValueError(f"stop_time={self.stop_time!r}, stop_speed_kmh={self.stop_speed_kmh!r}: must be finite "
+                             "(to never end an episode for standing, give a stop_time longer than the episode)")
 
     def stop_ticks(self, dt: float) -> int:
         """Ticks of ``dt`` seconds stopped in a row that end the episode: ceil(stop_time / dt).
