@@ -88,18 +88,132 @@ def test_off_track():
     assert info["centering_factor"] == 0.0
 
 
-def test_collision():
-    env = make(traffic=20, route="eval")
-    env.reset(seed=0)
+def park_npc_ahead(env, ahead=7.0):
+    """Park NPC row 1 ``ahead`` m in front of the ego, every vehicle standing."""
     w = env.world
     v = w.vehicles
-    ahead = 7.0
-    x, y = v.x.copy(), v.y.copy()  # park NPC row 1 just ahead of the ego
+    x, y = v.x.copy(), v.y.copy()
     x[1], y[1] = v.x[0] + ahead * math.cos(v.yaw[0]), v.y[0] + ahead * math.sin(v.yaw[0])
     w.vehicles = type(v)(**{**{k: getattr(v, k) for k in v.__dataclass_fields__}, "x": x, "y": y,
                             "yaw": np.where(np.arange(len(x)) == 1, v.yaw[0], v.yaw), "speed": np.zeros(len(x))})
+
+
+def test_collision():
+    env = make(traffic=20, route="eval")
+    env.reset(seed=0)
+    park_npc_ahead(env)
     n, reward, info = drive(env, [0.0, 1.0], 200)
     assert info["termination"] == "collision" and info["collision_state"] and reward == R.PENALTY
+
+
+def record(env, action, limit):
+    """Step until the episode ends; the per-step (reward, info) pairs."""
+    steps = []
+    for _ in range(limit):
+        _, reward, terminated, _, info = env.step(np.array(action, dtype=np.float32))
+        steps.append((reward, info))
+        if terminated:
+            return steps
+    raise AssertionError(f"no termination within {limit} steps")
+
+
+def test_outcome_of_a_collision_by_hand():
+    env = make(traffic=20, route="eval")
+    env.reset(seed=0)
+    park_npc_ahead(env)
+    steps = record(env, [0.0, 1.0], 200)
+    assert all("outcome" not in info for _, info in steps[:-1])  # the terminal step alone has it
+    last = steps[-1][1]
+    out, n = last["outcome"], len(steps)
+    assert list(out) == list(R.OUTCOME_KEYS)
+    assert out["termination"] == "collision" and out["episode_length"] == n == last["episode_length"]
+    assert out["collision_speed"] == last["speed"] > 0.0  # km/h at the collision step
+    assert out["CPS"] == 1.0 / n
+    assert out["total_distance"] == last["total_distance"] > 0.0
+    assert out["CPM"] == 1000.0 / last["total_distance"]
+    assert out["success"] is False  # a few metres into a long evaluation route
+    rewards = [r for r, _ in steps]
+    assert rewards[-1] == -10.0 and out["total_reward"] == pytest.approx(sum(rewards))
+    assert out["routes_completed"] == last["routes_completed"] < 1.0
+
+
+def test_outcome_of_a_stop_by_hand():
+    env = CarlaNavigationEnv(scenario_config={"traffic": 0, "route": "eval"}, stop_time_s=1.0)
+    env.reset(seed=0)
+    steps = record(env, [0.0, 0.0], 100)
+    out = steps[-1][1]["outcome"]
+    # 20 standing ticks: 19 rewards of 0 (speed reward 0) and the -10 penalty
+    assert (out["termination"], out["episode_length"], out["success"]) == ("stopped", 20, False)
+    assert (out["collision_speed"], out["CPS"], out["CPM"]) == (0.0, 0.0, 0.0)  # no collision; CPM's 0 m guard
+    assert (out["total_distance"], out["speed_mean"], out["speed_std"]) == (0.0, 0.0, 0.0)
+    assert out["total_reward"] == -10.0 and out["reward_mean"] == -0.5
+    # sample std: (19 * 0.5**2 + 9.5**2) / 19 = 5
+    assert out["reward_std"] == pytest.approx(math.sqrt(5.0), rel=1e-12)
+    assert out["center_dev_std"] == pytest.approx(0.0, abs=1e-12)
+    assert out["routes_completed"] == 1 / len(env.route.waypoints)
+
+
+def test_too_fast_outcome_has_no_collision_fields():
+    env = make()
+    env.reset(seed=0)
+    out = record(env, [0.0, 1.0], 400)[-1][1]["outcome"]
+    assert out["termination"] == "too_fast" and out["speed_mean"] > 0.0 and out["total_distance"] > 0.0
+    assert (out["collision_speed"], out["CPS"], out["CPM"]) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(("action", "end"), [([0.3, 0.6], "off_track"), ([0.0, 0.45], "too_fast"),
+                                             ([0.0, 1.0], "collision")])
+def test_outcome_equals_recomputing_from_step_infos(action, end):
+    env = make(traffic=20, route="eval")
+    env.reset(seed=1)
+    if end == "collision":
+        park_npc_ahead(env, ahead=9.0)
+    steps = record(env, action, 2000)
+    rewards = np.array([r for r, _ in steps])
+    infos = [info for _, info in steps]
+    speed = np.array([i["speed"] for i in infos])
+    dev = np.array([i["distance_from_center"] for i in infos])
+    last, out = infos[-1], infos[-1]["outcome"]
+    assert out["termination"] == end
+    final = np.array([env.world.vehicles.x[0], env.world.vehicles.y[0]])
+    expected = {
+        "total_distance": last["total_distance"], "total_reward": rewards.sum(),
+        "routes_completed": min(last["routes_completed"], 1.0),
+        "speed_mean": speed.mean(), "speed_std": speed.std(ddof=1),
+        "center_dev_mean": dev.mean(), "center_dev_std": dev.std(ddof=1),
+        "reward_mean": rewards.mean(), "reward_std": rewards.std(ddof=1),
+        "collision_speed": last["speed"] if last["termination"] == "collision" else 0.0,
+        "CPS": 1 / len(steps) if last["termination"] == "collision" else 0.0,
+        "CPM": 1000 / last["total_distance"] if last["termination"] == "collision" else 0.0,
+        "episode_length": len(steps),
+    }
+    assert {k: out[k] for k in expected} == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert out["success"] is bool(np.hypot(*(final - env.route.waypoints[-1])) < 5.0)
+    assert out["termination"] == last["termination"] and set(out) == set(expected) | {"success", "termination"}
+
+
+def test_make_vec_sync_runs_and_is_bit_identical():
+    def run():
+        envs = gym.make_vec("CarlaNavigation-v0", num_envs=2, vectorization_mode="sync",
+                            scenario_config={"traffic": 20, "route": "train"}, stop_time_s=0.5)
+        obs, _ = envs.reset(seed=3)
+        rng = np.random.default_rng(0)
+        out, ended = [obs.ravel()], []
+        for _ in range(20):
+            action = rng.uniform([-0.1, 0.2], [0.1, 0.6], size=(2, 2)).astype(np.float32)
+            action[0] = 0.0  # env 0 stands: "stopped" after 10 ticks, then autoreset
+            obs, reward, terminated, truncated, info = envs.step(action)
+            assert envs.observation_space.contains(obs) and not truncated.any()
+            out.append(np.concatenate([obs.ravel(), reward.astype(np.float32), terminated.astype(np.float32)]))
+            if "outcome" in info:
+                ended.append((info["_outcome"].tolist(), info["outcome"]["termination"].tolist(),
+                              info["outcome"]["total_reward"].tobytes()))
+        envs.close()
+        return np.concatenate(out).tobytes(), ended
+
+    first, second = run(), run()
+    assert first == second
+    assert first[1][0][:2] == ([True, False], ["stopped", None])
 
 
 @pytest.mark.parametrize("config", [{"traffic": 20, "route": "train"}, {"traffic": 0, "route": [3, 40]}])

@@ -156,6 +156,16 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
     `collision_state` (bool), `termination` ("" until the end) and `reward_terms`. At a reset the
     measures are those of the standing ego and the counters 0.
 
+    The terminal step alone adds `outcome`, VLM-RL's per-episode evaluation summary
+    (`carla_gym.sim.navigation.route_task.RouteTracker.outcome`; spec 4.2); the key is absent on every other
+    step, as Gymnasium's `RecordEpisodeStatistics` does with `episode` (a vector env gives it with the mask
+    `_outcome`). Its keys: `total_distance` [m], `total_reward` (step rewards, -10 included),
+    `routes_completed` (clipped to 1), `speed_mean`/`speed_std` [km/h] and `center_dev_mean`/`center_dev_std`
+    [m] over every step (standstill included), `reward_mean`/`reward_std` (sample stds, ddof 1, as pandas; 0
+    for a one-step episode), `collision_speed` [km/h] at the collision step, `CPS` = 1 / steps and `CPM` =
+    1000 / total_distance (all three 0 without a collision; CPM 0 at distance 0), `success` (the final
+    position closer than 5 m to the last route waypoint), `termination` and `episode_length` [steps].
+
     ## Arguments
     ```python
     >>> import gymnasium as gym
@@ -229,7 +239,6 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
         self.tracker: R.RouteTracker | None = None
         self._episode = 0
         self._steer = self._throttle = 0.0
-        self._total_reward = 0.0
         self._done = True
 
     # --- episode set-up ---------------------------------------------------------------------------------------
@@ -294,7 +303,6 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
         self.tracker = R.RouteTracker(self.route.waypoints, self.route.yaw, self.rules, self.world.dt, xy)
         self._episode += 1
         self._steer = self._throttle = 0.0
-        self._total_reward = 0.0
         self._done = False
         distance, theta = self.tracker.measure(xy, float(ego.yaw[0] + ego.beta[0]), float(ego.speed[0]))
         step = R.RouteStep(distance, theta, float(R.speed_reward(0.0)), float(R.centering_factor(distance)),
@@ -321,9 +329,11 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
         ego = self.world.vehicles
         result = self.tracker.update((ego.x[0], ego.y[0]), float(ego.yaw[0] + ego.beta[0]), float(ego.speed[0]),
                                      collided)
-        self._total_reward += result.reward
         self._done = result.end is not None
-        return self._observe(), float(result.reward), self._done, False, self._info(result, collided)
+        info = self._info(result, collided)
+        if self._done:
+            info["outcome"] = self.tracker.outcome()
+        return self._observe(), float(result.reward), self._done, False, info
 
     def _observe(self) -> np.ndarray:
         """The state vector (class docstring's table), float32, clipped into the space."""
@@ -362,8 +372,8 @@ class CarlaNavigationEnv(gym.Env[np.ndarray, np.ndarray]):
             "centering_factor": step.centering_factor,
             "angle_factor": step.angle_factor,
             "distance_std_factor": step.distance_std_factor,
-            "total_reward": self._total_reward,
-            "mean_reward": self._total_reward / t.steps if t.steps else 0.0,
+            "total_reward": t.reward_sum,
+            "mean_reward": t.reward_sum / t.steps if t.steps else 0.0,
             "episode_length": t.steps,
             "collision_state": collided,
             "termination": step.end or "",

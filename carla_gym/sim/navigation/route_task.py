@@ -91,6 +91,19 @@ COLLISION, OFF_TRACK, TOO_FAST, STOPPED, SUCCESS = "collision", "off_track", "to
 FAILURES = (COLLISION, OFF_TRACK, TOO_FAST, STOPPED)
 """End reasons that are failures, in the order `termination` checks them."""
 
+SUCCESS_RADIUS = 5.0
+"""An episode counts as a success in VLM-RL's evaluation summary when the final ego position lies closer than this
+[m] to the last route waypoint (strictly, ``eucldist(...) < 5`` in ``eval_plots.summary_eval``; spec 4.2)."""
+
+CPM_PER_M = 1000.0
+"""Metres per kilometre: VLM-RL's collisions per kilometre ``CPM = 1000 / distance_traveled`` (spec 4.2)."""
+
+OUTCOME_KEYS = ("total_distance", "total_reward", "routes_completed", "speed_mean", "speed_std", "center_dev_mean",
+                "center_dev_std", "reward_mean", "reward_std", "collision_speed", "CPS", "CPM", "success",
+                "termination", "episode_length")
+"""Keys of `RouteTracker.outcome`, VLM-RL's per-episode evaluation summary columns (spec 4.2) plus the end reason
+and the length; ``collision_interval`` is left out (VLM-RL counts it across episodes, not per episode)."""
+
 
 def spawn_pair(pair: tuple[int, int], num_spawns: int) -> tuple[int, int]:
     """A route's spawn indices on a town with ``num_spawns`` spawn points: each index modulo ``num_spawns``.
@@ -425,6 +438,11 @@ class RouteTracker:
         stopped_ticks: Ticks in a row below the stop speed.
         history: Last `STD_WINDOW` centre distances [m].
         last_xy: Ego position after the last tick [m].
+        reward_sum: Sum of the step rewards, failure penalty included (VLM-RL ``total_reward``).
+        speed_m2, center_dev_m2, reward_m2: Sums of squared deviations from the running mean (Welford's
+            online variance) of the speeds [km/h^2], centre distances [m^2] and rewards, for `outcome`'s stds.
+        collision_speed: Speed at the collision tick [km/h], 0 without a collision.
+        end: The end reason of the last tick (`termination`), None while the episode runs.
     """
 
     waypoints: np.ndarray
@@ -439,6 +457,12 @@ class RouteTracker:
     steps: int = 0
     stopped_ticks: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=STD_WINDOW))
+    reward_sum: float = 0.0
+    speed_m2: float = 0.0
+    center_dev_m2: float = 0.0
+    reward_m2: float = 0.0
+    collision_speed: float = 0.0
+    end: str | None = None
 
     @property
     def routes_completed(self) -> float:
@@ -476,9 +500,10 @@ class RouteTracker:
         speed_kmh = speed * C.KMH_PER_MS
         self.total_distance += float(math.hypot(*(xy - self.last_xy)))
         self.last_xy = xy
-        self.center_dev_sum += distance
-        self.speed_sum += speed_kmh
-        self.steps += 1
+        n = self.steps + 1
+        self.speed_sum, self.speed_m2 = _welford(self.speed_sum, self.speed_m2, n, speed_kmh)
+        self.center_dev_sum, self.center_dev_m2 = _welford(self.center_dev_sum, self.center_dev_m2, n, distance)
+        self.steps = n
         self.stopped_ticks = self.stopped_ticks + 1 if speed_kmh < self.rules.stop_speed_kmh else 0
         self.history.append(distance)
         terms = (float(speed_reward(speed_kmh)), float(centering_factor(distance)), float(angle_factor(theta)),
@@ -486,4 +511,75 @@ class RouteTracker:
         base = terms[0] * terms[1] * terms[2] * terms[3]
         end = termination(self.rules, collided, distance, speed_kmh, self.stopped_ticks, self.dt,
                           self.index >= len(self.waypoints) - 1)
-        return RouteStep(distance, theta, *terms, base, PENALTY if end in FAILURES else base, end)
+        reward = PENALTY if end in FAILURES else base
+        self.reward_sum, self.reward_m2 = _welford(self.reward_sum, self.reward_m2, n, reward)
+        self.end = end
+        if end == COLLISION:
+            self.collision_speed = speed_kmh
+        return RouteStep(distance, theta, *terms, base, reward, end)
+
+    def _std(self, m2: float) -> float:
+        """Sample standard deviation (ddof 1, pandas' ``std``) from a Welford sum; 0 below two ticks."""
+        return math.sqrt(max(m2, 0.0) / (self.steps - 1)) if self.steps > 1 else 0.0
+
+    def outcome(self) -> dict[str, float | int | bool | str]:
+        """VLM-RL's per-episode evaluation summary (``eval_plots.summary_eval``; spec 4.2) of the ticks so far.
+
+        Meant for the end of an episode (the env gives it as ``info["outcome"]`` on the terminal step), but
+        defined at any time. Means and standard deviations run over every tick (standstill included); the
+        standard deviations are the sample ones (ddof 1) as pandas computes them, 0 for a one-tick episode
+        (pandas: NaN). Collision fields are 0 when the episode did not end in a collision (VLM-RL leaves
+        them 0 or missing).
+
+        Returns:
+            A dict with the keys `OUTCOME_KEYS`:
+            ``total_distance`` [m], summed per-tick displacement; ``total_reward``, the sum of the step
+            rewards, failure penalty included; ``routes_completed``, ``(index + 1) / M`` clipped to <= 1;
+            ``speed_mean``, ``speed_std`` [km/h]; ``center_dev_mean``, ``center_dev_std`` [m];
+            ``reward_mean``, ``reward_std``; ``collision_speed`` [km/h] at the collision tick;
+            ``CPS`` = 1 / ticks and ``CPM`` = 1000 / ``total_distance`` (0 when it is 0), collisions per
+            tick and per km, both 0 without a collision; ``success``, the final position closer than
+            `SUCCESS_RADIUS` to the last waypoint (whatever ended the episode); ``termination``, the end
+            reason ("" while running); ``episode_length`` [ticks].
+
+        Example:
+            >>> wp = np.stack([np.arange(3.0), np.zeros(3)], axis=1)
+            >>> t = RouteTracker(wp, np.zeros(3), RouteRules(), 0.05, np.zeros(2))
+            >>> _ = t.update((1.0, 0.0), 0.0, 5.0, True)
+            >>> o = t.outcome()
+            >>> o["termination"], o["collision_speed"], o["CPS"], o["CPM"], o["total_reward"], o["success"]
+            ('collision', 18.0, 1.0, 1000.0, -10.0, True)
+        """
+        collided = self.end == COLLISION
+        steps = self.steps
+        final = float(math.hypot(*(self.last_xy - self.waypoints[-1])))
+        return {
+            "total_distance": self.total_distance,
+            "total_reward": self.reward_sum,
+            "routes_completed": min(self.routes_completed, 1.0),
+            "speed_mean": self.avg_speed,
+            "speed_std": self._std(self.speed_m2),
+            "center_dev_mean": self.avg_center_dev,
+            "center_dev_std": self._std(self.center_dev_m2),
+            "reward_mean": self.reward_sum / steps if steps else 0.0,
+            "reward_std": self._std(self.reward_m2),
+            "collision_speed": self.collision_speed if collided else 0.0,
+            "CPS": 1.0 / steps if collided and steps else 0.0,
+            "CPM": CPM_PER_M / self.total_distance if collided and self.total_distance > 0.0 else 0.0,
+            "success": final < SUCCESS_RADIUS,
+            "termination": self.end or "",
+            "episode_length": steps,
+        }
+
+
+def _welford(total: float, m2: float, n: int, x: float) -> tuple[float, float]:
+    """Welford's online update: the new sum and sum of squared deviations after adding the ``n``-th value ``x``.
+
+    Example:
+        >>> _welford(*_welford(0.0, 0.0, 1, 1.0), 2, 3.0)  # values 1, 3: sum 4, squared deviations 2
+        (4.0, 2.0)
+    """
+    mean_old = total / (n - 1) if n > 1 else 0.0
+    total += x
+    m2 += (x - mean_old) * (x - total / n)
+    return total, m2
