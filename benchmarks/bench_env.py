@@ -11,7 +11,6 @@ gym.make, random tool actions, resets included. Each figure is the median of --r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -26,6 +25,7 @@ import numpy as np  # noqa: E402
 import carla_gym  # noqa: E402,F401
 from carla_gym.cli_args import HelpFormatter  # noqa: E402
 from carla_gym.hints import install_command  # noqa: E402
+from carla_gym.io import report_results  # noqa: E402
 
 
 def steps_per_second(env: gym.Env, seconds: float, seed: int = 0) -> float:
@@ -111,10 +111,7 @@ def main() -> dict:
         results["ratio_image84_vs_highway_fast"] = results["image84_steps_per_s"] / hw
     if hw is None:
         results["highway_fast_v0_steps_per_s"] = f"not measured: highway-env is missing; {install_command('bench')}"
-    for key, value in results.items():
-        print(f"{key:32s} {value:,.1f}" if isinstance(value, float) else f"{key:32s} {value}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    report_results(results, args.json)
     return results
 
 

@@ -18,7 +18,8 @@ ratios are medians of the per-repeat ratios.
 from __future__ import annotations
 
 import argparse
-import json
+import functools
+import importlib.util
 import os
 import platform
 import statistics
@@ -30,20 +31,26 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from carla_gym.cli_args import HelpFormatter  # noqa: E402
+from carla_gym.hints import install_command  # noqa: E402
+from carla_gym.io import report_results  # noqa: E402
 from carla_gym.sim.navigation.world import NavWorld  # noqa: E402
 from carla_gym.sim.town import TOWN_NAMES, get_town  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
 
-def _highway_steps_per_second(seconds: float) -> float | None:
-    """highway-fast-v0 steps/s, as `bench_env.highway_steps_per_second` (one definition)."""
-    import importlib.util
-
+@functools.cache
+def _bench_env():
+    """benchmarks/bench_env.py as a module, loaded once (the benchmarks folder is not a package)."""
     spec = importlib.util.spec_from_file_location("bench_env", BENCH_DIR / "bench_env.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.highway_steps_per_second(seconds)
+    return module
+
+
+def _highway_steps_per_second(seconds: float) -> float | None:
+    """highway-fast-v0 steps/s, as `bench_env.highway_steps_per_second` (one definition)."""
+    return _bench_env().highway_steps_per_second(seconds)
 
 
 def set_random_goal(w: NavWorld, rng: np.random.Generator) -> None:
@@ -146,7 +153,7 @@ def main() -> dict:
     for ego in egos:
         results[f"free_roam_Town05_v20_p10_{ego}_ticks_per_s"] = statistics.median(r[ego] for r in runs)
     if runs[0]["highway"] is None:
-        results["highway_fast_v0_steps_per_s"] = "not measured: highway-env is missing (the [bench] extra)"
+        results["highway_fast_v0_steps_per_s"] = f"not measured: highway-env is missing; {install_command('bench')}"
     else:
         results["highway_fast_v0_steps_per_s"] = statistics.median(r["highway"] for r in runs)
         for ego in egos:  # the median of the per-repeat ratios
@@ -158,10 +165,7 @@ def main() -> dict:
     runs = [{nv: ticks_per_second("Town05", nv, 10, sec) for nv in counts} for _ in range(n)]  # interleaved
     for nv in counts:
         results[f"tick_us_Town05_v{nv}_p10"] = 1e6 / statistics.median(r[nv] for r in runs)
-    for key, value in results.items():
-        print(f"{key:48s} {value:,.1f}" if isinstance(value, float) else f"{key:48s} {value}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    report_results(results, args.json)
     return results
 
 

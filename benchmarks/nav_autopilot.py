@@ -15,12 +15,12 @@ density the world refuses (walkers in Town06, which has no sidewalks) is reporte
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
 from carla_gym.cli_args import HelpFormatter
+from carla_gym.io import write_json_atomic
 from carla_gym.sim.navigation.episode import draw_goal
 from carla_gym.sim.navigation.scenarios import MAZE, resolve_nav_scenario
 from carla_gym.sim.navigation.world import NavWorld
@@ -73,9 +73,7 @@ def main() -> None:
             cells.append(f"{100 * ok / len(out):.0f}% (c{out.count('collision')} t{out.count('timeout')})")
         print(f"{town:14s}" + "".join(f"{c:>22s}" for c in cells), flush=True)
         if args.json:  # written after every town, so an interrupted run keeps what it measured
-            tmp = args.json.with_suffix(".tmp")
-            tmp.write_text(json.dumps(results, indent=1))
-            tmp.replace(args.json)
+            write_json_atomic(args.json, results)
 
 
 if __name__ == "__main__":

@@ -77,11 +77,15 @@ def write_csv_atomic(path: str | os.PathLike, header: Sequence[str], rows: Itera
     write_text_atomic(path, buffer.getvalue())
 
 
-def report_results(results: dict[str, float], json_path: str | os.PathLike | None = None) -> None:
-    """Print ``name value`` lines (benchmarks) and, if a path is given, write them as JSON atomically."""
+def report_results(results: dict[str, float | str], json_path: str | os.PathLike | None = None) -> None:
+    """Print ``name value`` lines (benchmarks) and, if a path is given, write them as JSON atomically.
+
+    Numbers print with two decimals; anything else (the machine, "not measured: ..." notes) as text.
+    """
     width = max(map(len, results), default=0) + 2
     for key, value in results.items():
-        print(f"{key:{width}s} {value:14,.2f}")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        print(f"{key:{width}s} {value:14,.2f}" if number else f"{key:{width}s} {value}")
     if json_path is not None:
         write_json_atomic(json_path, results)
 
