@@ -52,10 +52,20 @@ from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, TickResult, Wor
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
+
 INLINE_TICKS = 50
 """Batched steps of at most this many ticks run on the server's event loop (well under 2 ms);
 longer ones and ``capture_image`` (up to ~100 ms at 2048x2048) run on a worker thread so other
 sessions are not held up."""
+
+
+def batch_ticks(action: CarlaAction) -> int:
+    """Ticks a step runs: ``metadata["ticks"]`` of the batching extension, 1 without it (every family).
+
+    Raises:
+        ValueError: Not an integer in [1, `MAX_TICKS_PER_STEP`]; the message names ``metadata['ticks']``.
+    """
+    return check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP, integer=True)
 
 
 def _utf8(text: str) -> bool:
@@ -202,8 +212,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if world.done:
             raise ValueError(f"the episode of {self._name!r} is done after {world.tick_count} ticks; send reset "
                              "before stepping again (no rewards after done)")
-        ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
-                             integer=True)
+        ticks = batch_ticks(action)
         decision = decide(world, call, ticks, on_tick=self._record_hits)
         self._record(action.action_type, decision.raw_total, decision.distance, world.speed_kmh)
         return self._observation(reward=decision.raw_reward, rubric=decision.rubric_reward)
@@ -332,8 +341,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if episode.done:
             raise ValueError(f"the episode of {self._name!r} is done after {tally.steps} steps ({episode.reason}); "
                              "send reset before stepping again (no rewards after done)")
-        ticks = check_number("metadata['ticks']", action.metadata.get("ticks", 1), 1, MAX_TICKS_PER_STEP,
-                             integer=True)
+        ticks = batch_ticks(action)
         distance, hits = episode.distance_travelled, len(episode.contacts)
         result = episode.step(call, ticks)
         add_collisions(tally.collisions, tally.steps + 1, episode.contacts[hits:])
