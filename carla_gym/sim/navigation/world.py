@@ -137,9 +137,11 @@ brake only within 5 m + 1 s x speed at 0.6 brake, which stops a car at 47 km/h j
 
 
 _GREEN, _YELLOW, _RED = int(Light.GREEN), int(Light.YELLOW), int(Light.RED)
-_LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT))
 """`Light` values as plain ints: comparing an int8 array with an IntEnum member costs about 10x more.
 `Light.NONE` is -1, below green: "no light or green" is ``light <= _GREEN``."""
+
+_LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT))
+"""The road options of a route's lane-change waypoints, as plain ints (`NavWorld._lane_change_wait`)."""
 
 
 CURVE_BRAKING = URBAN.comfortable_deceleration
