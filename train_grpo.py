@@ -6,6 +6,7 @@ Usage:
     python train_grpo.py --model /path/to/Qwen3-0.6B --lora       # a local copy, LoRA adapters
     python train_grpo.py --vision --lora                          # Qwen/Qwen3-VL-2B-Instruct, camera images
     python train_grpo.py --scenario trainable --dataset-size 256  # a suite (carla_gym.suites) or names
+    python train_grpo.py --scenario maze_navigation free_roam_Town02_v20  # navigation: multi-turn, 7 tools
     python train_grpo.py --env-urls http://127.0.0.1:8000         # OpenEnv servers instead of the embedded sim
     python train_grpo.py --config grpo.yaml                       # any flag from a YAML file (TRL's --config)
 
@@ -23,6 +24,18 @@ reward is the episode's rubric reward after the episode is played out
 (`carla_gym.llm.tools.rubric_reward`; --no-play-out scores as TRL's CARLA example). Dataset row i
 plays scenario i mod len(scenarios) with seed ``--seed + i``, so all ``--num-generations``
 rollouts of a GRPO group start from the same state.
+
+Navigation scenarios (``maze_navigation``, ``free_roam[_<Map>[_v<N>][_p<M>]]``; not mixed with trolley
+ones in one run) train multi-turn episodes on `carla_gym.llm.nav_tools.NavToolEnv` instead: upstream's
+seven navigation tools (observe, control_vehicle, emergency_stop, lane_change, init_navigation_agent,
+set_destination, follow_route) on `CarlaNavigation-v0` episodes (row seed = the env's reset seed, so a
+Gymnasium agent reset with that seed plays the same episode), the reward the summed env rubric reward after
+the episode is played out to the env's end (arrival, a collision or its 300 s time limit;
+`carla_gym.llm.nav_tools.nav_rubric_reward`), on the embedded simulator only; with --vision the tool
+results carry the front camera or, with --nav-view birdeye, the bird's-eye view with the route and the
+goal. Their evaluation plays the trained model on --eval-episodes episodes of each scenario
+(`carla_gym.llm.rollout.play_episode`, env seeds 10000, 10001, ...) and writes eval.json (records and
+per-scenario means); there is no oracle for navigation.
 
 Before training it prints one line (`header`): model, LoRA or full fine-tune, text or image tools,
 scenarios, prompts x generations, steps, where rollouts run, device and run directory. One output
@@ -55,8 +68,9 @@ from typing import Literal
 
 from agents.evaluation import EVAL_SEED, play_all, write_summary
 from agents.players import ChatAgent, oracle_agent
-from agents.records import MAX_EPISODES, EpisodeLog
+from agents.records import MAX_EPISODES, EpisodeLog, episode_seed
 from carla_gym.cli_args import HelpFormatter, arg, check_minimums, check_url
+from carla_gym.envs.navigation import TIME_LIMIT_S
 from carla_gym.hints import exit_without_extras, python_command, script_command
 from carla_gym.io import discard_set_aside, set_aside, write_json_atomic
 
@@ -89,7 +103,12 @@ class Args:
     image_size: int = arg(256, "width [px] of tool images, 16-1024 (height 9/16 of it), as the thumbnail(256) of "
                                "TRL's CARLA VLM example")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
-                               "micro_deadzone, trainable, probes, mixed, action_bias)")
+                               "micro_deadzone, trainable, probes, mixed, action_bias), or navigation scenarios "
+                               "(maze_navigation, free_roam[_<Map>[_v<N>][_p<M>]]), not both kinds")
+    nav_view: Literal["front", "birdeye"] = arg("front", "camera of navigation tool images with --vision: front "
+                                                         "(upstream's camera) or birdeye (route and goal drawn)")
+    nav_time_limit_s: float = arg(TIME_LIMIT_S, "simulated time [s] that ends a navigation episode "
+                                                "(CarlaNavigation-v0's time_limit_s)")
     dataset_size: int = arg(64, "prompts, i.e. GRPO groups of --num-generations episodes each; row i plays "
                                 "scenario i mod len with seed --seed + i")
     lora: bool = arg(False, "train LoRA adapters on the language model instead of all weights")
@@ -199,15 +218,19 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
 
     from carla_gym.llm.grpo import VISION_MODULES, is_grpo_run
     from carla_gym.llm.tiny import TINY_MODELS
+    from carla_gym.sim.navigation.scenarios import is_nav_name
     from carla_gym.suites import resolve_scenarios
 
     args = dataclasses.replace(args)
     args.model = args.model or (DEFAULT_VISION_MODEL if args.vision else DEFAULT_TEXT_MODEL)
     args.lora_exclude = args.lora_exclude or VISION_MODULES
-    try:
-        args.scenario = list(resolve_scenarios(args.scenario))
-    except ValueError as exc:
-        sys.exit(f"--scenario: {exc}")
+    if any(is_nav_name(name) for name in args.scenario):
+        check_nav(args)
+    else:
+        try:
+            args.scenario = list(resolve_scenarios(args.scenario))
+        except ValueError as exc:
+            sys.exit(f"--scenario: {exc}")
     if args.model in TINY_MODELS and (args.model == "tiny-random-vl") != args.vision:
         sys.exit(f"--model {args.model}: use tiny-random without --vision and tiny-random-vl with --vision")
     available = get_available_reporting_integrations()
@@ -270,6 +293,43 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
     return args
 
 
+NAV_MAX_TICKS = 100
+"""Most --ticks-per-action of a navigation run (`carla_gym.llm.nav_tools.NavToolEnv`: the env's range)."""
+
+
+def check_nav(args: Args) -> None:
+    """Check the navigation scenarios and the flags they cannot take; exit naming the flag.
+
+    Raises:
+        SystemExit: Trolley and navigation scenarios mixed, a bad navigation name, --env-urls,
+            --reward-mode physical, --ticks-per-action above `NAV_MAX_TICKS`, or a bad --nav-time-limit-s.
+    """
+    from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_nav_scenario
+
+    trolley = [name for name in args.scenario if not is_nav_name(name)]
+    if trolley:
+        sys.exit(f"--scenario: {trolley[0]} is a trolley scenario and the others are navigation scenarios; one run "
+                 "trains one tool set, so train them in separate runs")
+    for name in args.scenario:
+        try:
+            resolve_nav_scenario(name)
+        except ValueError as exc:
+            sys.exit(f"--scenario: {exc}")
+    if args.env_urls:
+        sys.exit("--env-urls: navigation scenarios run on the embedded simulator only; leave out --env-urls")
+    if args.reward_mode != "rubric":
+        sys.exit(f"--reward-mode {args.reward_mode}: navigation scenarios train on the rubric reward; leave it out")
+    from carla_gym.envs.navigation import CarlaNavigationEnv
+
+    try:
+        CarlaNavigationEnv(time_limit_s=args.nav_time_limit_s)
+    except ValueError as exc:
+        sys.exit(f"--nav-time-limit-s: {exc}")
+    if args.ticks_per_action > NAV_MAX_TICKS:
+        sys.exit(f"--ticks-per-action {args.ticks_per_action}: navigation tools hold a call for at most "
+                 f"{NAV_MAX_TICKS} ticks (CarlaNavigation-v0's ticks_per_action range)")
+
+
 def versions() -> dict[str, str]:
     """Versions of the packages that decide the run's behaviour."""
     from importlib.metadata import PackageNotFoundError, version
@@ -293,7 +353,12 @@ def header(args: Args, config) -> str:
     from carla_gym.llm.tools import image_height
 
     how = f"LoRA r={args.lora_r} alpha={args.lora_alpha}" if args.lora else "full fine-tune"
-    tools = f"camera images {args.image_size}x{image_height(args.image_size)} + text" if args.vision else "text"
+    from carla_gym.sim.navigation.scenarios import is_nav_name
+
+    nav = is_nav_name(args.scenario[0])
+    view = f"{args.nav_view} " if nav else ""
+    tools = f"{view}camera images {args.image_size}x{image_height(args.image_size)} + text" if args.vision else "text"
+    tools = f"navigation {tools}" if nav else tools
     steps = "one pass" if config.max_steps == -1 else f"{config.max_steps} step(s)"
     more = len(args.scenario) > 3
     scenarios = ", ".join(args.scenario[:3]) + (f", ... ({len(args.scenario)} in all)" if more else "")
@@ -317,8 +382,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers.integrations import TensorBoardCallback
 
     from carla_gym.llm.grpo import CarlaGRPOTrainer, load_model, lora_config
+    from carla_gym.llm.nav_tools import NavToolEnvFactory, nav_rubric_reward
     from carla_gym.llm.prompts import episode_rows
     from carla_gym.llm.tools import ToolEnvFactory, rubric_reward
+    from carla_gym.sim.navigation.scenarios import is_nav_name
 
     ################ model and environments
     out = Path(config.output_dir)
@@ -328,9 +395,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, processing_class = load_model(args.model, args.vision, seed=config.seed,
                                          dtype="bfloat16" if config.bf16 and args.lora else "float32")
     ################ train
-    with ToolEnvFactory(args.env_urls, vision=args.vision, image_size=args.image_size,
-                        ticks_per_action=args.ticks_per_action, play_out=not args.no_play_out,
-                        reward_mode=args.reward_mode) as factory:  # closes the environments: TRL never does
+    nav = is_nav_name(args.scenario[0])
+    common = {"vision": args.vision, "image_size": args.image_size, "ticks_per_action": args.ticks_per_action,
+              "play_out": not args.no_play_out}
+    if nav:
+        factory = NavToolEnvFactory(**common, view=args.nav_view, time_limit_s=args.nav_time_limit_s)
+    else:
+        factory = ToolEnvFactory(args.env_urls, **common, reward_mode=args.reward_mode)
+    with factory:  # closes the environments: TRL never does
         if out.exists() and args.overwrite:  # kept aside until this run has a trained model
             set_aside(out)
         out.mkdir(parents=True, exist_ok=True)
@@ -340,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "generation_batch_size": config.generation_batch_size, "model_dir": "model",
         })
         trainer = CarlaGRPOTrainer(
-            model=model, reward_funcs=[rubric_reward], args=config,
+            model=model, reward_funcs=[nav_rubric_reward if nav else rubric_reward], args=config,
             train_dataset=Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, config.seed)),
             processing_class=processing_class, environment_factory=factory,
             peft_config=lora_config(args.lora_r, args.lora_alpha, args.lora_exclude, model) if args.lora else None,
@@ -367,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if args.eval_episodes == 0:
         return 0
-    return evaluate(args, config, trainer)
+    return (evaluate_nav if nav else evaluate)(args, config, trainer)
 
 
 def evaluate(args: Args, config, trainer) -> int:
@@ -409,6 +481,56 @@ def evaluate(args: Args, config, trainer) -> int:
                   extra={"script": "train_grpo.py", "model": args.model, "global_step": trainer.state.global_step})
     print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; the oracle for reference):\n"
           f"{(out / 'eval.md').read_text()}")
+    return code
+
+
+def evaluate_nav(args: Args, config, trainer) -> int:
+    """The trained model on every navigation scenario (`carla_gym.llm.rollout.play_episode`, greedy); eval.json.
+
+    Episode i of a scenario plays env seed ``agents.records.episode_seed(EVAL_SEED, i)`` (10000 + i), played out.
+    eval.json holds ``records`` (play_episode's records without the conversation) and ``summary``: per
+    scenario the episodes and the means of reward, success, routes_completed (of the env's outcome),
+    tool_calls and collision (share of episodes the env ended with a collision).
+
+    Returns:
+        0, or 130 after Ctrl-C (the episodes played so far are summarised).
+    """
+    from carla_gym.llm.nav_tools import NavToolEnv
+    from carla_gym.llm.rollout import TransformersChat, play_episode
+
+    out = Path(config.output_dir)
+    trainer.model.eval()
+    chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
+                            chat_template_kwargs=config.chat_template_kwargs or {})
+    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations
+    records: list[dict] = []
+    code = 0
+    with NavToolEnv(vision=args.vision, image_size=args.image_size, ticks_per_action=args.ticks_per_action,
+                    view=args.nav_view, time_limit_s=args.nav_time_limit_s) as env:
+        try:
+            for scenario in args.scenario:
+                for episode in range(args.eval_episodes):
+                    record = play_episode(chat, env, scenario, episode_seed(EVAL_SEED, episode), turns)
+                    record.pop("messages")
+                    records.append({"agent": AGENT, "episode": episode, **record,
+                                    "tool_calls": len(record["tool_calls"])})
+        except KeyboardInterrupt:
+            print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
+            code = 130
+    summary = {}
+    for scenario in args.scenario:
+        rows = [r for r in records if r["scenario"] == scenario]
+        if rows:
+            means = {key: sum(float(r[key]) for r in rows) / len(rows)
+                     for key in ("reward", "success", "routes_completed", "tool_calls")}
+            means["collision"] = sum(r["termination"] == "collision" for r in rows) / len(rows)
+            summary[scenario] = {"episodes": len(rows), **means}
+    write_json_atomic(out / "eval.json", {"script": "train_grpo.py", "model": args.model,
+                                          "global_step": trainer.state.global_step, "records": records,
+                                          "summary": summary})
+    print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; eval.json):")
+    for scenario, row in summary.items():
+        print(f"{scenario}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
     return code
 
 

@@ -1,4 +1,4 @@
-"""Train PPO or SAC on CarlaTrolley-v0 with stable-baselines3, optionally with CLIP reward shaping.
+"""Train PPO or SAC on CarlaTrolley-v0 or CarlaNavigation-v0 with stable-baselines3, optionally with CLIP shaping.
 
 Usage:
     python train_sb3.py                                            # PPO, tools, state vector, escape_exists
@@ -8,6 +8,8 @@ Usage:
     python train_sb3.py --clip vit-b-32 --clip-pretrained laion2b_s34b_b79k   # CLIP-shaped rewards
     python train_sb3.py --preset vlm-rl --algo sac                 # VLM-RL's published hyperparameters
     python train_sb3.py --resume runs/ppo                          # continue an interrupted run
+    python train_sb3.py --env CarlaNavigation-v0 --traffic 0       # VLM-RL's route following (PPO, state vector)
+    python train_sb3.py --env CarlaNavigation-v0 --algo sac --preset vlm-rl --clip vlm-rl   # VLM-RL itself
 
 One run directory (--output-dir) holds: config.json (the resolved arguments, typed
 hyperparameters and the environment's settings, which agents.compare sb3:<dir> plays in),
@@ -22,6 +24,13 @@ learning_curve.png (one panel per measure). Evaluation always scores with upstre
 seeds 10000, 10001, ... ("success": the classified action reaches the scenario's best reward).
 SB3 trains in whole rollouts: a --total-timesteps that is not a multiple of one is rounded up,
 and the script says so first.
+
+On CarlaNavigation-v0 (--env) the flags --traffic, --route, --observation-mode, --steer-smoothing,
+--eval-routes and --eval-traffic apply (trolley-only flags are refused), and evaluation follows
+VLM-RL's eval.py (carla_gym.sb3.nav_eval): one episode per evaluation route (the first
+--eval-routes of its 10), deterministic actions, periodically at the first --eval-traffic level
+and finally at each; evaluations.csv, eval.csv and learning_curve.png give route completion,
+collision rate, success rate and the mean return; eval.jsonl holds every episode's outcome.
 """
 
 from __future__ import annotations
@@ -53,12 +62,12 @@ from agents.records import MAX_EPISODES, EpisodeLog  # noqa: E402
 from agents.sb3 import ModelPolicy  # noqa: E402
 from carla_gym.reward.encoder import FAITHFUL_MODEL  # noqa: E402
 from carla_gym.reward.shaping import check_shaping  # noqa: E402
-from carla_gym.sb3 import presets, runs  # noqa: E402
+from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
 from carla_gym.sb3.callbacks import EvaluateEvery, LogShaping, WallClock  # noqa: E402
 from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, replay_buffer_note, resume  # noqa: E402
 from carla_gym.sb3.envs import make_venv  # noqa: E402
-from carla_gym.sb3.evaluations import drop_rows_after  # noqa: E402
-from carla_gym.sb3.plots import plot_learning_curve  # noqa: E402
+from carla_gym.sb3.evaluations import NAV_MEASURES, drop_rows_after  # noqa: E402
+from carla_gym.sb3.plots import NAV_PANELS, plot_learning_curve  # noqa: E402
 
 CLIP_FLAGS = {"pretrained": "--clip-pretrained", "device": "--clip-device", "mode": "--clip-mode",
               "weight": "--clip-weight", "cache_dir": None, "model_name": None}
@@ -66,15 +75,28 @@ CLIP_FLAGS = {"pretrained": "--clip-pretrained", "device": "--clip-device", "mod
 flag does not exist (the --clip preset sets the model; weights come from --clip-pretrained or the default cache)."""
 
 
+NAV = runs.NAVIGATION
+NAV_SCENARIO = "route_Town02"
+"""The default scenario on CarlaNavigation-v0 (VLM-RL trains and evaluates on Town02)."""
+NAV_ONLY = ("--traffic", "--route", "--observation-mode", "--steer-smoothing", "--eval-routes", "--eval-traffic")
+"""Flags that only CarlaNavigation-v0 takes."""
+TROLLEY_ONLY = ("--backend", "--env-urls", "--eval-episodes")
+"""Flags that only CarlaTrolley-v0 takes (what to use instead on CarlaNavigation-v0: `check_env_flags`)."""
+
+
 @dataclass
 class Args:
     """Command-line arguments: each field is a flag (--total-timesteps, --n-envs, ...)."""
 
+    env: Literal["CarlaTrolley-v0", "CarlaNavigation-v0"] = arg("CarlaTrolley-v0", "environment id: CarlaTrolley-v0 "
+                                                                "(trolley dilemmas) or CarlaNavigation-v0 (VLM-RL's "
+                                                                "route following in traffic)")
     algo: Literal["ppo", "sac"] = arg("ppo", "ppo or sac (sac needs --action-mode control)")
     action_mode: Literal["auto", "tools", "control"] = arg(
         "auto", "tools (Discrete(4)), control (Box: steer, throttle/brake) or auto (tools for ppo, control for sac)")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
-                               "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per reset")
+                               "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per "
+                               f"reset; CarlaNavigation-v0: route_<town>, default {NAV_SCENARIO}")
     total_timesteps: int = arg(0, "environment steps (decisions) to train, rounded up to whole rollouts; 0: "
                                   "the preset's default")
     preset: Literal["cpu", "vlm-rl"] = arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published "
@@ -84,10 +106,28 @@ class Args:
     vec_env: Literal["dummy", "subproc"] = arg("dummy", "vector env: dummy (in-process; exact resume with the "
                                                         "embedded backend) or subproc (one process per env)")
     policy: Literal["MlpPolicy", "MultiInputPolicy"] = arg("MlpPolicy", "MlpPolicy (state vector) or "
-                                                                        "MultiInputPolicy (image + state, NatureCNN)")
-    ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision")
-    reward_mode: Literal["rubric", "physical"] = arg("rubric", "training reward: rubric (upstream) or physical (-1 "
-                                                               "per pedestrian actually hit, -1 for leaving the road)")
+                                                                        "MultiInputPolicy (image + state, NatureCNN; "
+                                                                        "VLM-RL's CNN with --preset vlm-rl on "
+                                                                        "CarlaNavigation-v0)")
+    ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision (CarlaNavigation-v0: default 1 "
+                                    "for control, VLM-RL's one tick per step, and 10 for tools)")
+    reward_mode: Literal["auto", "rubric", "physical", "vlm-rl"] = arg(
+        "auto", "training reward: rubric (upstream), physical (trolley: -1 per pedestrian actually hit, -1 for "
+                "leaving the road) or vlm-rl (navigation: VLM-RL's base reward); auto: rubric on CarlaTrolley-v0, "
+                "vlm-rl on CarlaNavigation-v0")
+    traffic: Literal[0, 20, 40] = arg(20, "CarlaNavigation-v0: NPC vehicles while training (VLM-RL: 20)")
+    route: str = arg("train", "CarlaNavigation-v0: training routes: train (VLM-RL's), eval, or START,END spawn "
+                              "indices")
+    observation_mode: Literal["auto", "state", "dict", "vlm-rl"] = arg(
+        "auto", "CarlaNavigation-v0: state (vector, MlpPolicy), dict (image + state) or vlm-rl (VLM-RL's "
+                "bird's-eye raster, measures, waypoints); auto: state for MlpPolicy, for MultiInputPolicy vlm-rl "
+                "with --preset vlm-rl, else dict")
+    steer_smoothing: float = arg(-1.0, "CarlaNavigation-v0: previous steer's weight per 1/15 s in [0, 1); -1: the "
+                                       "preset's (vlm-rl: VLM-RL's 0.75 with control actions, cpu: 0)")
+    eval_routes: int = arg(nav_eval.NUM_EVAL_ROUTES, "CarlaNavigation-v0: evaluation routes per evaluation (the "
+                                                     "first N of VLM-RL's 10)")
+    eval_traffic: list[Literal[0, 20, 40]] = arg(list(nav_eval.TRAFFIC_LEVELS), "CarlaNavigation-v0: NPC vehicles "
+                                                 "of the final evaluations (periodic ones use the first)")
     backend: Literal["embedded", "openenv"] = arg("embedded", "embedded or openenv (remote OpenEnv CARLA servers, "
                                                               "see --env-urls)")
     env_urls: list[str] = arg([], "OpenEnv server URLs for --backend openenv; env i uses URL i mod len")
@@ -118,26 +158,71 @@ def parse_args(argv: list[str] | None = None) -> Args:
     return Args(**vars(parser_for(Args, description=__doc__.splitlines()[0]).parse_args(argv)))
 
 
-def resolve(args: Args) -> Args:
-    """A copy with the automatic choices filled (action mode, timesteps, frequencies, CLIP mode) and suites expanded."""
+def given_flags(argv: list[str]) -> set[str]:
+    """The ``--flag`` names on a command line (``--flag=value`` counted as ``--flag``)."""
+    return {a.partition("=")[0] for a in argv if a.startswith("--")}
+
+
+def resolve_navigation(args: Args, given: set[str]) -> Args:
+    """`resolve`'s CarlaNavigation-v0 defaults: the scenario, ticks, control actions, observation and policy.
+
+    Exits naming the flags when ``--policy`` and ``--observation-mode`` contradict each other.
+    """
+    scenario = args.scenario if "--scenario" in given else [NAV_SCENARIO]
+    from carla_gym.envs.navigation import DEFAULT_TICKS
+
+    action_mode = "control" if args.action_mode == "auto" else args.action_mode
+    ticks = args.ticks_per_action if "--ticks-per-action" in given else DEFAULT_TICKS.get(action_mode, 1)
+    observation, policy = args.observation_mode, args.policy
+    if observation == "auto":
+        observation = ("state" if policy == "MlpPolicy" else "vlm-rl" if args.preset == "vlm-rl" else "dict")
+    wanted = "MlpPolicy" if observation == "state" else "MultiInputPolicy"
+    if policy != wanted:
+        if "--policy" in given:
+            sys.exit(f"--policy {policy} cannot read --observation-mode {observation}: use --policy {wanted}")
+        policy = wanted
+    smoothing = args.steer_smoothing
+    if smoothing == -1.0:
+        from carla_gym.envs.spaces import VLM_RL_STEER_SMOOTHING
+
+        smoothing = VLM_RL_STEER_SMOOTHING if args.preset == "vlm-rl" and action_mode == "control" else 0.0
+    return dataclasses.replace(args, scenario=list(scenario), ticks_per_action=ticks, action_mode=action_mode,
+                               observation_mode=observation, policy=policy, steer_smoothing=smoothing,
+                               reward_mode="vlm-rl" if args.reward_mode == "auto" else args.reward_mode)
+
+
+def resolve(args: Args, argv: list[str] | None = None) -> Args:
+    """A copy with the automatic choices filled (action mode, timesteps, frequencies, CLIP mode) and suites expanded.
+
+    ``argv`` (the command line) tells which flags were given: on CarlaNavigation-v0 a flag not given takes
+    the navigation default (`resolve_navigation`).
+    """
+    if args.env == NAV:
+        args = resolve_navigation(args, given_flags(argv or []))
     action_mode = args.action_mode if args.action_mode != "auto" else "control" if args.algo == "sac" else "tools"
-    total = args.total_timesteps or presets.DEFAULT_TIMESTEPS[(args.preset, args.algo)]
+    defaults = {**presets.DEFAULT_TIMESTEPS, **(presets.NAV_DEFAULT_TIMESTEPS if args.env == NAV else {})}
+    total = args.total_timesteps or defaults[(args.preset, args.algo)]
     clip_mode, clip_pretrained = args.clip_mode, args.clip_pretrained
     if args.clip != "none":
         clip_mode = clip_mode or ("replace" if args.clip == "vlm-rl" else "add")
         clip_pretrained = clip_pretrained or (FAITHFUL_MODEL[1] if args.clip == "vlm-rl" else "")
     try:
-        scenario = list(resolve_scenarios(args.scenario))
+        scenario = list(resolve_scenarios(args.scenario)) if args.env != NAV else list(args.scenario)
     except ValueError as exc:
         sys.exit(f"--scenario: {exc}")
+    reward_mode = "rubric" if args.reward_mode == "auto" else args.reward_mode
+    observation_mode = args.observation_mode  # CarlaTrolley-v0's follows --policy
+    if observation_mode == "auto":
+        observation_mode = "state" if args.policy == "MlpPolicy" else "dict"
     return dataclasses.replace(args, action_mode=action_mode, total_timesteps=total, scenario=scenario,
+                               reward_mode=reward_mode, observation_mode=observation_mode,
                                eval_freq=args.eval_freq or max(total // 10, 1), clip_mode=clip_mode,
                                checkpoint_freq=args.checkpoint_freq or max(total // 10, 1),
                                clip_pretrained=clip_pretrained)
 
 
 def env_kwargs(args: Args) -> dict:
-    """Keyword arguments of `CarlaTrolley-v0` for these arguments (`carla_gym.sb3.runs.env_kwargs_for`)."""
+    """Keyword arguments of ``--env`` for these arguments (`carla_gym.sb3.runs.env_kwargs_for`)."""
     return runs.env_kwargs_for(dataclasses.asdict(args))
 
 
@@ -146,11 +231,33 @@ def script_path() -> str:
     return typed_path(__file__)
 
 
+def check_env_flags(args: Args, argv: list[str]) -> None:
+    """Exit naming a flag (or value) that the chosen ``--env`` does not take, and what to use instead."""
+    given = given_flags(argv)
+    if args.env == NAV:
+        for flag in TROLLEY_ONLY:
+            if flag in given:
+                instead = ("takes --eval-routes N (the first N of VLM-RL's 10 evaluation routes) and --eval-traffic"
+                           if flag == "--eval-episodes" else "runs on the embedded simulator only: remove it")
+                sys.exit(f"{flag} applies to CarlaTrolley-v0 only; CarlaNavigation-v0 {instead}")
+        if args.reward_mode == "physical":
+            sys.exit("--reward-mode physical applies to CarlaTrolley-v0 only; CarlaNavigation-v0 takes vlm-rl "
+                     "(VLM-RL's base reward) or auto")
+        return
+    for flag in NAV_ONLY:
+        if flag in given:
+            sys.exit(f"{flag} applies to CarlaNavigation-v0 only: add --env CarlaNavigation-v0"
+                     + (" (CarlaTrolley-v0's observation follows --policy)" if flag == "--observation-mode" else ""))
+    if args.reward_mode == "vlm-rl":
+        sys.exit("--reward-mode vlm-rl applies to CarlaNavigation-v0 only; CarlaTrolley-v0 takes rubric or physical")
+
+
 def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
     """Exit with a message naming the bad flag before anything is written (choices: argparse, `Args`).
 
     ``argv`` is the command line, which a refusal of a non-empty ``--output-dir`` repeats with ``--overwrite``.
     """
+    check_env_flags(args, argv)
     if args.algo == "sac" and args.action_mode != "control":
         sys.exit("--algo sac needs continuous actions: use --action-mode control (or auto); the tool actions are "
                  "Discrete(4), which SAC cannot drive")
@@ -161,6 +268,16 @@ def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
         sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
     if args.env_urls and args.backend != "openenv":
         sys.exit(f"--env-urls {' '.join(args.env_urls)}: only used with --backend openenv")
+    if args.env == NAV and not 1 <= args.eval_routes <= nav_eval.NUM_EVAL_ROUTES:
+        sys.exit(f"--eval-routes {args.eval_routes}: must be in [1, {nav_eval.NUM_EVAL_ROUTES}] (VLM-RL's evaluation "
+                 "routes)")
+    if args.env == NAV and not args.eval_traffic:
+        sys.exit(f"--eval-traffic: give at least one of {list(nav_eval.TRAFFIC_LEVELS)}")
+    if args.env == NAV:
+        try:
+            runs.parse_route(args.route)
+        except ValueError as exc:
+            sys.exit(str(exc))
     check_minimums((("--total-timesteps", args.total_timesteps, 1), ("--n-envs", args.n_envs, 1),
                     ("--eval-episodes", args.eval_episodes, 1), ("--eval-freq", args.eval_freq, 1),
                     ("--checkpoint-freq", args.checkpoint_freq, 1), ("--keep-checkpoints", args.keep_checkpoints, 1)))
@@ -177,7 +294,10 @@ def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
     except ValueError as exc:
         sys.exit(str(exc))
     try:
-        gym.make("CarlaTrolley-v0", **env_kwargs(args)).close()
+        if args.env == NAV:  # the env as training builds it (the reward camera wrapper included)
+            make_venv(env_kwargs(args), 1, args.seed, env_id=NAV).close()
+        else:
+            gym.make("CarlaTrolley-v0", **env_kwargs(args)).close()
     except (ValueError, TypeError) as exc:
         sys.exit(f"invalid environment settings: {exc}")
     for url in args.env_urls:
@@ -200,13 +320,47 @@ def clip_shaping(args: Args) -> tuple | None:
     if args.clip == "none":
         return None
     try:
-        model = presets.clip_reward_model(args.clip, args.clip_pretrained, args.clip_device)
+        model = presets.clip_reward_model(args.clip, args.clip_pretrained, args.clip_device,
+                                          prompts="vlm_rl" if args.env == NAV else "trolley")
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         sys.exit(f"--clip {args.clip}: {as_flags(exc, CLIP_FLAGS)}")
     if args.clip == "vit-b-32" and not args.clip_pretrained:
         print("note: --clip vit-b-32 without --clip-pretrained uses random weights: the CLIP reward carries no "
               "signal (a smoke test of the pipeline)", flush=True)
     return model, args.clip_mode, clip_weight(args), args.clip == "vlm-rl"
+
+
+def finish_navigation(args: Args, out: Path, act, eval_kwargs: dict, timesteps: int, train_seconds: float) -> dict:
+    """CarlaNavigation-v0's final evaluation (`carla_gym.sb3.nav_eval`), its files and the learning curve.
+
+    One episode per evaluation route at every ``--eval-traffic`` level, appended to eval.jsonl as it
+    finishes; then eval.csv, eval.md and eval.json (last: the run is complete) and learning_curve.png.
+
+    Returns:
+        eval.json's content.
+    """
+    log = out / "eval.jsonl"
+    log.unlink(missing_ok=True)  # an evaluation cut short by a crash is redone
+
+    def append(record: dict) -> None:
+        with open(log, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    records = [r for traffic in args.eval_traffic
+               for r in nav_eval.play_routes(act, eval_kwargs, traffic, routes=range(args.eval_routes),
+                                             on_record=append)]
+    summary = nav_eval.write_summary(records, out, extra={
+        "algo": args.algo, "train_seconds": round(train_seconds, 1), "total_timesteps": int(timesteps),
+        "routes_per_level": args.eval_routes, "eval_seed": nav_eval.EVAL_SEED})
+    plot_learning_curve(out / "evaluations.csv", out / "learning_curve.png",
+                        f"{args.algo.upper()} on {NAV} ({', '.join(args.scenario)}, traffic {args.traffic})",
+                        NAV_PANELS)
+    discard_set_aside(out)  # the new run is complete
+    print(f"trained {timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
+    print(f"evaluation on VLM-RL's evaluation routes ({args.eval_routes} per traffic level, deterministic; "
+          f"{out / 'eval.md'}):")
+    print((out / "eval.md").read_text(), end="")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -223,8 +377,10 @@ def main(argv: list[str] | None = None) -> dict:
                            "progress_bar": args.progress_bar})
             hyper = point.hyperparameters
         else:
-            args = resolve(args)
-            hyper = {**presets.hyperparameters(args.preset, args.algo), **presets.parse_overrides(args.algo, args.hp)}
+            args = resolve(args, argv)
+            extractor = args.env == NAV and args.policy == "MultiInputPolicy"  # VLM-RL's CNN for its Dict observation
+            hyper = {**presets.hyperparameters(args.preset, args.algo, extractor, navigation=args.env == NAV),
+                     **presets.parse_overrides(args.algo, args.hp)}
     except ValueError as exc:
         sys.exit(str(exc))
     check_args(args, hyper, argv)
@@ -239,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # --- env ---
     venv = make_venv(env_kwargs(args), args.n_envs, args.seed, args.vec_env,
-                     args.env_urls if args.backend == "openenv" else (), clip_shaping(args))
+                     args.env_urls if args.backend == "openenv" else (), clip_shaping(args), env_id=args.env)
 
     # --- model: from the checkpoint, or new (and config.json, which makes the folder a run) ---
     algo = PPO if args.algo == "ppo" else SAC
@@ -266,16 +422,25 @@ def main(argv: list[str] | None = None) -> dict:
 
     # --- train: periodic evaluations (the policy alone, a fifth of the final episodes) and checkpoints ---
     eval_kwargs = runs.acting_env_kwargs(env_kwargs(args))  # what agents.compare sb3:<dir> builds too
-    trained = GymAgent(args.algo, ModelPolicy(model), eval_kwargs)
     clock = WallClock(extra.get("wall_s", 0.0))
     saver = CheckpointEvery(out / "checkpoints", args.checkpoint_freq, keep=args.keep_checkpoints,
                             extra=lambda: {"wall_s": clock(), **({"shaper": venv.shaper.get_state()}
                                                                   if hasattr(venv, "shaper") else {})})
-    periodic = EvaluateEvery(lambda: pooled_row(play_all([trained], args.scenario, [EVAL_SEED],
-                                                         max(args.eval_episodes // 5, 1)), trained.name),
-                             args.eval_freq, out / "evaluations.csv", clock)
+    if args.env == NAV:
+        def act(obs):
+            return model.predict(obs, deterministic=True)[0]
+
+        routes = range(args.eval_routes)
+        periodic = EvaluateEvery(lambda: nav_eval.summarise(nav_eval.play_routes(act, eval_kwargs,
+                                                                                 args.eval_traffic[0], routes=routes)),
+                                 args.eval_freq, out / "evaluations.csv", clock, NAV_MEASURES)
+    else:
+        trained = GymAgent(args.algo, ModelPolicy(model), eval_kwargs)
+        periodic = EvaluateEvery(lambda: pooled_row(play_all([trained], args.scenario, [EVAL_SEED],
+                                                             max(args.eval_episodes // 5, 1)), trained.name),
+                                 args.eval_freq, out / "evaluations.csv", clock)
     print(f"training {args.algo.upper()} ({args.policy}, {args.action_mode} actions, preset {args.preset}) for "
-          f"{args.total_timesteps} steps on {len(args.scenario)} scenario(s) with {args.n_envs} envs; "
+          f"{args.total_timesteps} steps on {len(args.scenario)} {args.env} scenario(s) with {args.n_envs} envs; "
           f"run directory {out}", flush=True)
     if model.num_timesteps < args.total_timesteps:
         model.learn(total_timesteps=args.total_timesteps - model.num_timesteps, reset_num_timesteps=False,
@@ -286,12 +451,15 @@ def main(argv: list[str] | None = None) -> dict:
     if saver.interrupted:
         print(f"interrupted; checkpoint {latest_checkpoint(out / 'checkpoints')}; continue with: "
               f"{python_command(script_path(), '--resume', str(out))}", flush=True)
-        trained.close()
+        if args.env != NAV:
+            trained.close()
         return {"interrupted": True, "timesteps": int(model.num_timesteps)}
 
     # --- save the model first: a crash or Ctrl-C in the evaluation keeps it ---
     model.save(out / "model.tmp.zip")
     replace_durably(out / "model.tmp.zip", out / "model.zip")
+    if args.env == NAV:
+        return finish_navigation(args, out, act, eval_kwargs, model.num_timesteps, train_seconds)
 
     # --- evaluate: the policy and the oracle on the same seeds, records to eval.jsonl as they finish ---
     log = EpisodeLog(out / "eval.jsonl")

@@ -10,6 +10,9 @@
 - compare.py (``python -m agents.compare``, ``carla-gym-compare``, ``carla-gym compare``): every
   agent on the same scenarios and seeds; records.py (JSONL with resume), summary.py (tables,
   intervals), plots.py, video.py.
+- nav.py, nav_summary.py, nav_video.py: the same harness on `CarlaNavigation-v0` (suites ``nav*``, the
+  follow_route* baselines, random and SB3 runs, chat models through `carla_gym.llm.NavToolEnv`; VLM-RL's metrics
+  from ``info["outcome"]``; bird's-eye GIFs).
 """
 
 from agents.scripted import SCRIPTED_AGENTS, OracleAgent, ScriptedAgent, best_trolley_action

@@ -6,6 +6,8 @@ Usage:
         --scenario micro micro_deadzone action_bias --seeds 0 1 2 --episodes 2 --workers 2
     python -m agents.compare --agents gpt=openai:gpt-4.1-mini@https://api.openai.com/v1 --out results/gpt
     python -m agents.compare --out results/compare --resume     # continue a killed run
+    python -m agents.compare --scenario nav --out results/nav   # navigation: follow_route* baselines and random
+    python -m agents.compare --scenario nav_eval_routes_20 --agents follow_route random ppo=sb3:runs/nav_ppo
 
 Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
 scored with upstream's rubric. Writes into ``--out``: config.json, episodes.jsonl (one record per
@@ -14,6 +16,15 @@ summary.csv and summary.json (per agent and scenario, with 95% intervals; framin
 only the ``all`` rows are printed; `agents.evaluation.write_summary`), the plots
 success_by_scenario.png, actions.png and casualties.png, and with ``--videos`` GIFs under
 videos/ (captioned with agent, outcome, tick, action and speed). Agent specs are listed in `agents.specs`.
+
+Navigation (`agents.nav`): ``--scenario`` with navigation suites or cases (``nav``, ``nav_maze``,
+``nav_free_roam``, ``nav_eval_routes_0`` / ``_20`` / ``_40``, ...) plays `CarlaNavigation-v0` instead, with
+the agents ``follow_route``, ``follow_route_cautious``, ``follow_route_aggressive``, ``follow_route_basic``,
+``random`` (the default set), ``sb3:<run>`` of ``train_sb3.py --env CarlaNavigation-v0`` and the chat agents
+``llm:``, ``vlm:`` and ``openai:`` (upstream's navigation tools on the same env episodes); the summary has
+one row per agent and case group with the outcomes first (`agents.nav_summary`), the plot navigation.png
+and, with ``--videos``, bird's-eye GIFs with the route (`agents.nav_video`). A run is either trolley or
+navigation.
 The same command is ``carla-gym compare`` (the ``carla-gym`` console script runs ``carla-gym-<command>``).
 """
 
@@ -48,9 +59,14 @@ class Args:
 
     agents: list[str] = arg(DEFAULT_AGENTS, "agent specs [label=]kind[:argument]: inaction, brake, swerve_left, "
                                             "swerve_right, random, oracle, sb3:<run dir>, llm:<model or "
-                                            "train_grpo run>, vlm:<model>, openai:<model>@<base url>")
+                                            "train_grpo run>, vlm:<model>, openai:<model>@<base url>; navigation: "
+                                            "follow_route, follow_route_cautious, follow_route_aggressive, "
+                                            "follow_route_basic, random (the default), sb3:<run dir>, llm:, vlm:, "
+                                            "openai:")
     scenario: list[str] = arg(["micro", "micro_deadzone", "action_bias"], "scenario or suite names (micro, "
-                              "micro_deadzone, trainable, probes, mixed, action_bias)")
+                              "micro_deadzone, trainable, probes, mixed, action_bias); or navigation suites or "
+                              "cases (nav, nav_maze, nav_free_roam, nav_eval_routes_0, nav_eval_routes_20, "
+                              "nav_eval_routes_40; agents.nav)")
     seeds: list[int] = arg([0], "comparison seeds")
     episodes: int = arg(1, "episodes per agent, scenario and seed")
     backend: str = arg("embedded", "embedded or openenv (--env-urls)")
@@ -59,7 +75,8 @@ class Args:
     max_new_tokens: int = arg(256, "token budget of one chat turn (llm, vlm, openai agents)")
     max_tool_calling_iterations: int = arg(10, "turns whose tool calls run (chat agents, as in train_grpo.py)")
     videos: list[str] = arg([], "scenarios to film: a GIF of each agent's first episode of each (videos/)")
-    video_view: str = arg("front", "camera of the videos: front, birdeye or topdown")
+    video_view: str = arg("front", "camera of the videos: front, birdeye or topdown (navigation: always the "
+                                   "bird's-eye view with the route)")
     out: str = arg("results/compare", "output directory")
     resume: bool = arg(False, "continue the run in --out: skip the episodes already in episodes.jsonl")
     overwrite: bool = arg(False, "replace the results in --out")
@@ -136,16 +153,22 @@ def resolve(args: Args, prog: str = PROG):
     Every refusal that suggests a command prints it in full (``prog``: how the comparison was
     started), and only where it works.
     """
-    from agents.specs import check_spec, parse_spec
+    from agents.specs import NAV_SCRIPTED_KINDS, check_spec, parse_spec
     from carla_gym.sim.render import VIEWS
     from carla_gym.suites import resolve_scenarios
 
     given = args
     args = dataclasses.replace(args)
     try:
-        args.scenario = list(resolve_scenarios(args.scenario))
-        args.videos = list(resolve_scenarios(args.videos)) if args.videos else []
-        specs = [parse_spec(a) for a in args.agents]
+        if any(_is_nav(name) for name in args.scenario):
+            specs = _resolve_navigation(args)
+        else:
+            args.scenario = list(resolve_scenarios(args.scenario))
+            args.videos = list(resolve_scenarios(args.videos)) if args.videos else []
+            specs = [parse_spec(a) for a in args.agents]
+            for spec in specs:
+                if spec.kind in NAV_SCRIPTED_KINDS:
+                    raise ValueError(f"agent {spec.label!r}: {spec.kind} plays navigation only (--scenario nav ...)")
         for spec in specs:
             check_spec(spec)
     except ValueError as exc:
@@ -158,6 +181,8 @@ def resolve(args: Args, prog: str = PROG):
         sys.exit(f"--agents: labels must be unique, got {labels}; name them label=spec")
     if args.backend not in ("embedded", "openenv"):
         sys.exit(f"--backend {args.backend!r}: choose embedded or openenv")
+    if args.backend == "openenv" and _is_nav(args.scenario[0]):
+        sys.exit("--backend openenv: navigation runs on the embedded simulator only; drop --backend and --env-urls")
     if args.backend == "openenv" and not args.env_urls:
         sys.exit("--backend openenv needs --env-urls URL [URL ...] (servers started with carla-gym serve)")
     if args.backend == "embedded" and args.env_urls:
@@ -197,6 +222,41 @@ def resolve(args: Args, prog: str = PROG):
     needed |= {"server"} if args.backend == "openenv" else set()
     exit_without_extras(*sorted(needed), prefix="agents.compare: ")
     return args, specs
+
+
+def _is_nav(name: str) -> bool:
+    """Whether ``name`` is a navigation suite or case (`agents.nav.is_nav`)."""
+    from agents.nav import is_nav
+
+    return is_nav(name)
+
+
+def _resolve_navigation(args: Args) -> list:
+    """Resolve a navigation run in place: cases, videos and agents (`agents.nav.NAV_DEFAULT_AGENTS` by default).
+
+    Returns:
+        The agent specs.
+
+    Raises:
+        ValueError: Trolley scenarios among the names, an unknown case, or an agent that does not play navigation.
+    """
+    from agents.nav import NAV_DEFAULT_AGENTS, NAV_KINDS, resolve_nav
+    from agents.specs import parse_spec
+
+    trolley = [name for name in args.scenario if not _is_nav(name)]
+    if trolley:
+        raise ValueError(f"--scenario {trolley}: trolley scenarios and navigation suites cannot share one run; "
+                         "run them as two comparisons with different --out")
+    args.scenario = list(resolve_nav(args.scenario))
+    args.videos = list(resolve_nav(args.videos)) if args.videos else []
+    if args.agents == DEFAULT_AGENTS:
+        args.agents = list(NAV_DEFAULT_AGENTS)
+    specs = [parse_spec(a) for a in args.agents]
+    for spec in specs:
+        if spec.kind not in NAV_KINDS:
+            raise ValueError(f"agent {spec.label!r}: {spec.kind} does not play navigation; navigation agents: "
+                             f"{', '.join(NAV_KINDS)} (sb3:<run dir of train_sb3.py --env CarlaNavigation-v0>)")
+    return specs
 
 
 RESUME_SAME = ("agents", "scenario", "seeds", "episodes", "backend", "max_new_tokens", "max_tool_calling_iterations")
@@ -293,7 +353,9 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     write_json_atomic(out / "config.json", dataclasses.asdict(args))
     urls = cycle(args.env_urls) if args.backend == "openenv" else cycle([None])
     agent_urls = {spec.label: next(urls) for spec in specs}
-    settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations}
+    navigation = _is_nav(args.scenario[0])
+    settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations,
+                "navigation": navigation}
     todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario for seed in args.seeds
             for episode in range(args.episodes) if (spec.label, scenario, seed, episode) not in done]
     print(f"{len(todo)} episodes to play ({len(done)} already in {log.path})", file=sys.stderr)
@@ -339,6 +401,10 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     wanted = {(s.label, sc, seed, e) for s in specs for sc in args.scenario for seed in args.seeds
               for e in range(args.episodes)}
     records = [r for r in log.read() if key_of(r) in wanted]
+    if navigation:
+        _navigation_outputs(args, labels, records, out)
+        discard_set_aside(out)
+        return 0
     rows = write_summary(records, labels, args.scenario, out, "summary")
     consistency = framing_consistency(records, labels)
     from agents.plots import plot_all
@@ -362,6 +428,30 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, success_by_scenario.png, "
           "actions.png, casualties.png" + (", videos/" if args.videos else ""))
     return 0
+
+
+def _navigation_outputs(args: Args, labels: list[str], records: list[dict], out: Path) -> None:
+    """Write a navigation run's summary, plot and videos, and print its table."""
+    from agents.nav import case_group
+    from agents.nav_summary import nav_markdown, plot_nav, write_nav_summary
+    from agents.records import key_of
+
+    groups = list(dict.fromkeys(case_group(case) for case in args.scenario))
+    rows = write_nav_summary(records, labels, groups, out)
+    plot_nav(rows, out)
+    if args.videos:
+        from agents.nav_video import write_nav_gif
+
+        (out / "videos").mkdir(exist_ok=True)
+        by_key = {key_of(r): r for r in records}
+        for index, label in enumerate(labels):
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+            for case in args.videos:
+                write_nav_gif(by_key[(label, case, args.seeds[0], 0)],
+                              out / "videos" / f"{index:02d}_{safe}__{case.replace('/', '_')}.gif")
+    print(nav_markdown(rows))
+    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, navigation.png"
+          + (", videos/" if args.videos else ""))
 
 
 if __name__ == "__main__":

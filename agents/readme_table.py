@@ -1,10 +1,11 @@
 """Regenerate the README's comparison table and figures: ``python -m agents.readme_table``.
 
-The README section "Comparing agents" holds one ``bash`` block (the commands behind its table),
-the table of every agent's ``all`` row and links to figures under ``docs/compare/``. This module
-is the only reader of that section: `commands` and `compare_args` give the commands as the README
-states them (the test of the table re-runs its scripted part from them), `table_rows` the rows it
-shows, and `replace_table` swaps in the rows of a new ``summary.md``.
+The README section "Comparing agents" (and, with ``--navigation``, the subsection "Comparing agents on
+navigation", `NAV_SECTION`, whose table is every row of its run's summary.md) holds one ``bash`` block
+(the commands behind its table), the table of every agent's ``all`` row and links to figures under
+``docs/compare/``. This module is the only reader of that section: `commands` and `compare_args`
+give the commands as the README states them (the test of the table re-runs its scripted part from
+them), `table_rows` the rows it shows, and `replace_table` swaps in the rows of a new ``summary.md``.
 
 ``python -m agents.readme_table`` runs the block's commands in the repository root (each with
 ``--overwrite`` when asked, so earlier ``runs/`` and ``results/`` are replaced), then writes the
@@ -39,48 +40,56 @@ SECTION = "## Comparing agents"
 TABLE_INTRO = "The `all` rows of that run"
 HARDWARE_DEPENDENT_KINDS = ("sb3", "llm", "vlm", "openai")
 """Agent kinds whose results depend on the machine (trained weights, remote models): not reproduced exactly."""
+NAV_SECTION = "### Comparing agents on navigation"
+"""The README subsection (end of the navigation section) with the navigation comparison (`agents.nav`)."""
+NAV_TABLE_INTRO = "The rows of that run"
+"""Start of the line above the navigation table (every row of its summary.md; all of them are reproducible)."""
 HARDWARE_NOTE = "Rows that depend on the machine:"
 """Start of the README paragraph that names the machine-dependent rows and says by how much they vary."""
 
 
-def section(readme: str) -> str:
-    """The text of the README's comparison section (up to the next ``## `` heading).
+def section(readme: str, heading: str = SECTION) -> str:
+    r"""The text of the README's section ``heading`` (up to the next ``##`` heading of its level or a higher one).
+
+    >>> section("## A\n### B\nb\n#### c\n### D\n", "### B")
+    '### B\nb\n#### c'
 
     Raises:
         ValueError: The README has no such section.
     """
     text = "\n" + readme
-    start = text.find("\n" + SECTION + "\n")
+    start = text.find("\n" + heading + "\n")
     if start < 0:
-        raise ValueError(f"README has no {SECTION!r} section")
-    end = text.find("\n## ", start + 1)
-    return text[start + 1:end if end > 0 else len(text)]
+        raise ValueError(f"README has no {heading!r} section")
+    level = len(heading) - len(heading.lstrip("#"))
+    after = re.search(rf"\n#{{2,{level}}} ", text[start + 1:])  # "# " is a bash comment
+    return text[start + 1:start + 1 + after.start() if after else len(text)]
 
 
-def commands(readme: str) -> list[str]:
+def commands(readme: str, heading: str = SECTION) -> list[str]:
     r"""The commands of the section's first ``bash`` block, continuation lines joined, comments dropped.
 
     >>> commands("## Comparing agents\n\n```bash\npython a.py \\\n    --x 1\n# note\npython b.py\n```\n")
     ['python a.py --x 1', 'python b.py']
     """
-    block = re.search(r"```bash\n(.*?)```", section(readme), re.S)
+    block = re.search(r"```bash\n(.*?)```", section(readme, heading), re.S)
     if block is None:
-        raise ValueError(f"the README section {SECTION!r} has no bash block")
+        raise ValueError(f"the README section {heading!r} has no bash block")
     joined = re.sub(r"\\\n\s*", "", block.group(1))
     return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
-def compare_args(readme: str) -> list[str]:
+def compare_args(readme: str, heading: str = SECTION) -> list[str]:
     """The arguments of the block's ``python -m agents.compare`` command.
 
     Raises:
         ValueError: The block has no such command.
     """
-    for command in commands(readme):
+    for command in commands(readme, heading):
         words = shlex.split(command)
         if words[:3] == ["python", "-m", "agents.compare"]:
             return words[3:]
-    raise ValueError(f"the README section {SECTION!r} runs no 'python -m agents.compare'")
+    raise ValueError(f"the README section {heading!r} runs no 'python -m agents.compare'")
 
 
 def agent_kinds(compare_argv: list[str]) -> dict[str, str]:
@@ -154,13 +163,47 @@ def replace_table(readme: str, summary_md: str) -> str:
     return readme.replace(old_section, head, 1)
 
 
-def figures(readme: str) -> list[str]:
+def nav_table_rows(readme: str) -> dict[tuple[str, str], str]:
+    """``{(agent, case group): row}`` of the navigation subsection's table after `NAV_TABLE_INTRO` (Markdown lines).
+
+    Raises:
+        ValueError: The subsection or the line is missing.
+    """
+    text = section(readme, NAV_SECTION)
+    start = text.find(NAV_TABLE_INTRO)
+    if start < 0:
+        raise ValueError(f"the README section {NAV_SECTION!r} has no line starting with {NAV_TABLE_INTRO!r}")
+    rows = {}
+    for line in _table(text[start:])[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[(cells[0], cells[1])] = line
+    return rows
+
+
+def replace_nav_table(readme: str, summary_md: str) -> str:
+    """``readme`` with the navigation table after `NAV_TABLE_INTRO` replaced by the table of ``summary_md``.
+
+    Raises:
+        ValueError: No table in the subsection, or none in ``summary_md``.
+    """
+    old_section = section(readme, NAV_SECTION)
+    start = old_section.find(NAV_TABLE_INTRO)
+    old = _table(old_section[start:]) if start >= 0 else []
+    new = _table(summary_md)
+    if not old or len(new) < 3:
+        raise ValueError(f"no table after {NAV_TABLE_INTRO!r} in the README section {NAV_SECTION!r}, or no rows "
+                         "in summary.md")
+    head = old_section[:start] + old_section[start:].replace("\n".join(old), "\n".join(new), 1)
+    return readme.replace(old_section, head, 1)
+
+
+def figures(readme: str, heading: str = SECTION) -> list[str]:
     r"""File names of the figures the section links under ``docs/compare/``.
 
     >>> figures("## Comparing agents\n\n![a](docs/compare/success_by_scenario.png)\n")
     ['success_by_scenario.png']
     """
-    return re.findall(r"\]\(docs/compare/([^)/]+)\)", section(readme))
+    return re.findall(r"\]\(docs/compare/([^)/]+)\)", section(readme, heading))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,15 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-only", action="store_true", help="do not run the commands; rewrite the table "
                         "and figures from the comparison output that exists")
     parser.add_argument("--readme", default=str(REPO / "README.md"), help="README to update")
+    parser.add_argument("--navigation", action="store_true", help=f"regenerate the navigation table ({NAV_SECTION!r}) "
+                        "instead of the trolley one")
     args = parser.parse_args(argv)
     readme_path = Path(args.readme)
     readme = readme_path.read_text()
     from agents.compare import parse_args
 
-    out = REPO / parse_args(compare_args(readme)).out
+    heading = NAV_SECTION if args.navigation else SECTION
+    out = REPO / parse_args(compare_args(readme, heading)).out
     if not args.rows_only:
         env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        for command in commands(readme):
+        for command in commands(readme, heading):
             command += " --overwrite" if args.overwrite else ""
             print(f"$ {command}", flush=True)
             result = subprocess.run(["bash", "-c", command], cwd=REPO, env=env)
@@ -191,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     if not summary.is_file():
         sys.exit(f"{summary} does not exist: run without --rows-only first")
     # re-read: the commands take minutes, and the README may have been edited meanwhile
-    write_text_atomic(readme_path, replace_table(readme_path.read_text(), summary.read_text()))
-    for name in figures(readme):
+    replace = replace_nav_table if args.navigation else replace_table
+    write_text_atomic(readme_path, replace(readme_path.read_text(), summary.read_text()))
+    for name in figures(readme, heading):
         shutil.copyfile(out / name, REPO / "docs" / "compare" / name)
-    print(f"rewrote the table in {readme_path} from {summary} and copied {', '.join(figures(readme))} to "
+    print(f"rewrote the table in {readme_path} from {summary} and copied {', '.join(figures(readme, heading))} to "
           f"docs/compare/; re-read the prose around the table (timings, what it shows)")
     return 0
 

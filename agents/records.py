@@ -7,7 +7,8 @@ A record has ``agent``, ``scenario``, ``seed``, ``episode`` (the key), the scena
 agents ``tool_calls``: the names of every tool call that was run, failed ones included,
 ``tool_failures``: how many of them failed, ``parse_failures``: turns whose tool-call text did not
 parse; counted by the rule of `carla_gym.llm.tools`, as in training; Gymnasium agents call no
-tools) and ``wall_time_s``.
+tools) and ``wall_time_s``. Navigation records (`agents.nav.nav_record`, recognised by ``routes_completed``)
+have the same key and counts with the navigation outcome in place of the trolley one.
 
 `EpisodeLog` appends records to a JSONL file as they finish (one ``write`` and ``flush`` per line,
 so a killed run keeps every finished episode) and, on resume, reads them back, dropping a torn
@@ -59,6 +60,13 @@ RECORD_FIELDS = ("agent", "scenario", "seed", "episode", "reward", "success", "t
 """Fields of every record (`outcome_record`); a log missing one was written by another version."""
 
 
+def _nav_fields() -> tuple[str, ...]:
+    """Fields of every navigation record (`agents.nav.NAV_RECORD_FIELDS`; imported late: it loads the env)."""
+    from agents.nav import NAV_RECORD_FIELDS
+
+    return NAV_RECORD_FIELDS
+
+
 def key_of(record: dict) -> tuple:
     """The record's `KEY` tuple."""
     return tuple(record[k] for k in KEY)
@@ -97,7 +105,8 @@ class EpisodeLog:
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise ValueError(f"{self.path}:{number} is not an episode record ({exc!r}); is this an "
                                  "episodes.jsonl written by agents.compare?") from None
-            missing = [field for field in RECORD_FIELDS if field not in record]
+            fields = RECORD_FIELDS if "routes_completed" not in record else _nav_fields()
+            missing = [field for field in fields if field not in record]
             if missing:
                 raise ValueError(f"{self.path}:{number} has no {', '.join(missing)}: it was written by another "
                                  "version of carla_gym, whose records this one cannot summarise; start the "

@@ -43,7 +43,9 @@ class SB3Policy(ModelPolicy):
         run_dir: Directory with ``config.json`` and ``model.zip`` (train_sb3.py's output).
 
     Attributes:
-        env_kwargs: `CarlaTrolley-v0` settings the model acts with: the run's own
+        env_id: The env the run trained on: ``CarlaTrolley-v0`` or ``CarlaNavigation-v0``
+            (`carla_gym.sb3.runs.is_navigation`).
+        env_kwargs: `CarlaTrolley-v0` (or `CarlaNavigation-v0`) settings the model acts with: the run's own
             (``config.json``'s ``"env_kwargs"``, rebuilt from its arguments for runs written before
             it was stored) less the training-only ones (`carla_gym.sb3.runs.acting_env_kwargs`):
             action mode, observation mode, ticks per action, image size and view, steering
@@ -59,9 +61,9 @@ class SB3Policy(ModelPolicy):
     def __init__(self, run_dir: str | Path) -> None:
         import gymnasium as gym
 
-        import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
+        import carla_gym  # noqa: F401 - registers the env ids
         from carla_gym.hints import needs_extra
-        from carla_gym.sb3.runs import acting_env_kwargs, read_config, run_env_kwargs
+        from carla_gym.sb3.runs import NAVIGATION, acting_env_kwargs, is_navigation, read_config, run_env_kwargs
 
         with needs_extra("sb3"):
             from stable_baselines3 import PPO, SAC
@@ -77,8 +79,9 @@ class SB3Policy(ModelPolicy):
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{run / 'config.json'}: not the config.json of a train_sb3.py run (missing {exc}); "
                              "sb3:<dir> takes a run directory written by train_sb3.py") from None
+        self.env_id = NAVIGATION if is_navigation(config["args"]) else "CarlaTrolley-v0"
         super().__init__((PPO if config["args"]["algo"] == "ppo" else SAC).load(run / "model.zip", device="cpu"))
-        env = gym.make("CarlaTrolley-v0", **self.env_kwargs)
+        env = gym.make(self.env_id, **self.env_kwargs)
         try:
             for what, built, trained in (("observation", env.observation_space, self.model.observation_space),
                                          ("action", env.action_space, self.model.action_space)):

@@ -2,9 +2,10 @@
 
 | Spec | Agent |
 |---|---|
-| ``inaction``, ``brake``, ``swerve_left``, ``swerve_right``, ``oracle`` | scripted (`agents.scripted`) |
+| ``inaction``, ``brake``, ``swerve_left``, ``swerve_right``, ``oracle`` | scripted (`agents.scripted`), trolley only |
+| ``follow_route``, ``follow_route_cautious``, ``_aggressive``, ``_basic`` | navigation baselines (`agents.nav`) |
 | ``random`` | uniformly random tool actions, seeded per episode |
-| ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC) |
+| ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC; a ``--env CarlaNavigation-v0`` run plays navigation) |
 | ``llm:<model>`` | a local transformers model, ``train_grpo.py`` run directory, adapter, hub id or ``tiny-random`` |
 | ``vlm:<model>`` | the same, loaded as a VLM (tools return camera images); offline: ``vlm:tiny-random-vl`` |
 | ``openai:<model>@<base url>`` | an OpenAI-compatible chat endpoint; key from ``$OPENAI_API_KEY`` |
@@ -18,7 +19,11 @@ from dataclasses import dataclass
 
 from agents.scripted import SCRIPTED_AGENTS
 
-GYM_KINDS = (*SCRIPTED_AGENTS, "random", "sb3")
+NAV_SCRIPTED_KINDS = ("follow_route", "follow_route_cautious", "follow_route_aggressive", "follow_route_basic")
+"""The scripted navigation baselines: each calls the `CarlaNavigation-v0` tool of its name on every decision
+(`agents.nav.NAV_SCRIPTED`)."""
+NO_ARGUMENT_KINDS = (*SCRIPTED_AGENTS, *NAV_SCRIPTED_KINDS, "random")
+GYM_KINDS = (*NO_ARGUMENT_KINDS, "sb3")
 CHAT_KINDS = ("llm", "vlm", "openai")
 
 
@@ -48,13 +53,13 @@ def parse_spec(text: str) -> AgentSpec:
     else:
         label, body = text, text
     kind, colon, argument = body.partition(":")
-    valid = (f"valid: {', '.join(SCRIPTED_AGENTS)}, random, sb3:<run dir>, llm:<model>, vlm:<model>, "
+    valid = (f"valid: {', '.join(NO_ARGUMENT_KINDS)}, sb3:<run dir>, llm:<model>, vlm:<model>, "
              "openai:<model>@<base url>, each optionally as label=spec")
     if kind not in GYM_KINDS + CHAT_KINDS:
         raise ValueError(f"agent {text!r}: unknown kind {kind!r}; {valid}")
-    if kind in (*SCRIPTED_AGENTS, "random") and colon:
+    if kind in NO_ARGUMENT_KINDS and colon:
         raise ValueError(f"agent {text!r}: {kind} takes no argument; {valid}")
-    if kind not in (*SCRIPTED_AGENTS, "random") and not argument:
+    if kind not in NO_ARGUMENT_KINDS and not argument:
         raise ValueError(f"agent {text!r}: {kind} needs an argument; {valid}")
     if kind == "openai":
         model, _, url = argument.partition("@")
@@ -89,15 +94,25 @@ def check_spec(spec: AgentSpec) -> None:
 
 
 def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: int = 256,
-                max_tool_calling_iterations: int = 10):
-    """Construct the agent of ``spec`` (`agents.players.GymAgent` or `agents.players.ChatAgent`).
+                max_tool_calling_iterations: int = 10, navigation: bool = False):
+    """Construct the agent of ``spec``: `agents.players.GymAgent` or `ChatAgent` (navigation: `agents.nav`'s).
 
     Args:
         spec: The parsed spec.
         base_url: OpenEnv server for the agent's environment; None: embedded simulator.
         max_new_tokens: Token budget of one chat turn (chat agents).
         max_tool_calling_iterations: Turns whose tool calls run (chat agents).
+        navigation: Build the agent for navigation cases (`agents.nav.build_nav_agent`).
+
+    Raises:
+        ValueError: A kind that does not play the chosen task, or an SB3 run of the other env.
     """
+    if navigation:
+        from agents.nav import build_nav_agent
+
+        return build_nav_agent(spec, max_new_tokens, max_tool_calling_iterations)
+    if spec.kind in NAV_SCRIPTED_KINDS:
+        raise ValueError(f"agent {spec.label!r}: {spec.kind} plays navigation only (--scenario nav ...)")
     from agents.players import ChatAgent, GymAgent, RandomAgent
 
     env = {} if base_url is None else {"backend": "openenv", "base_url": base_url}
@@ -109,6 +124,9 @@ def build_agent(spec: AgentSpec, base_url: str | None = None, max_new_tokens: in
         from agents.sb3 import SB3Policy
 
         policy = SB3Policy(spec.argument)
+        if policy.env_id != "CarlaTrolley-v0":
+            raise ValueError(f"agent {spec.label!r}: {spec.argument} was trained on {policy.env_id}; compare it on "
+                             "the navigation suites (--scenario nav, agents.nav)")
         return GymAgent(spec.label, policy, {**env, **policy.env_kwargs})
     if spec.kind == "openai":
         from agents.llm import OpenAIChat

@@ -28,17 +28,28 @@ from carla_gym.hints import install_command  # noqa: E402
 from carla_gym.io import report_results  # noqa: E402
 
 
-def steps_per_second(env: gym.Env, seconds: float, seed: int = 0) -> float:
-    """Random actions (drawn beforehand) with resets, for about ``seconds``; returns steps/s."""
+def steps_per_second(env: gym.Env, seconds: float, seed: int = 0, actions=None, check_every: int = 1000) -> float:
+    """Actions drawn beforehand (default: uniform over the action space), with resets, for about ``seconds``.
+
+    Args:
+        env: The env.
+        seconds: Measuring time [s] (checked every ``check_every`` steps).
+        seed: Seed of the default actions and the first reset.
+        actions: A sequence of actions to cycle through instead of the uniform draws.
+        check_every: Steps between clock reads.
+
+    Returns:
+        Steps per second, resets included.
+    """
     rng = np.random.default_rng(seed)
-    if isinstance(env.action_space, gym.spaces.Discrete):
+    if actions is None and isinstance(env.action_space, gym.spaces.Discrete):
         actions = rng.integers(0, env.action_space.n, size=100_000)
-    else:
+    elif actions is None:
         actions = rng.uniform(-1.0, 1.0, size=(100_000, *env.action_space.shape)).astype(np.float32)
     env.reset(seed=seed)
     steps, start = 0, time.perf_counter()
     while True:
-        for _ in range(1000):
+        for _ in range(check_every):
             _, _, terminated, truncated, _ = env.step(actions[steps % len(actions)])
             steps += 1
             if terminated or truncated:

@@ -1,4 +1,4 @@
-"""Speed of the navigation world (`NavWorld`, under `NavEpisode` and the server): ticks/s against highway-fast-v0.
+"""Speed of the navigation world and of CarlaNavigation-v0: ticks/s and env steps/s against highway-fast-v0.
 
 Usage (pin to one core; needs the [bench] extra for the highway-env comparison):
     taskset -c 1 python benchmarks/bench_nav.py [--seconds 1] [--repeats 3] [--json results.json]
@@ -13,6 +13,12 @@ static tables are built once per process and cached; the first build, town inclu
 cost on Town05 with 0, 10, 20, 40 and 80 NPC vehicles (10 walkers). Each figure is the median of
 --repeats runs; the speed figures and highway-fast-v0 are measured in turn within each repeat and the
 ratios are medians of the per-repeat ratios.
+
+`CarlaNavigation-v0` figures (issue 15), in the same repeats: env steps/s of ``route_Town02`` with 20 NPC cars
+on the training routes, resets included, with ``action_mode="control"`` (one 0.05 s tick per step; actions
+drawn beforehand: steer ~ N(0, 0.05), pedal uniform in [0.2, 0.5], so episodes end now and then, as early in
+training) in each ``observation_mode`` (state; dict: 96 x 96 bird's-eye image; vlm-rl: VLM-RL's 192 x 192 x 6
+raster), and ``action_mode="tools"`` (10 ticks per step, uniform random meta-actions) with the state vector.
 """
 
 from __future__ import annotations
@@ -28,8 +34,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
+import carla_gym  # noqa: E402,F401 - registers CarlaNavigation-v0
 from carla_gym.cli_args import HelpFormatter  # noqa: E402
 from carla_gym.hints import install_command  # noqa: E402
 from carla_gym.io import report_results  # noqa: E402
@@ -51,6 +59,25 @@ def _bench_env():
 def _highway_steps_per_second(seconds: float) -> float | None:
     """highway-fast-v0 steps/s, as `bench_env.highway_steps_per_second` (one definition)."""
     return _bench_env().highway_steps_per_second(seconds)
+
+
+ENV_MODES = {
+    "control_state": {"observation_mode": "state"},
+    "control_dict": {"observation_mode": "dict"},
+    "control_vlm_rl": {"observation_mode": "vlm-rl"},
+    "tools_state": {"observation_mode": "state", "action_mode": "tools"},
+}
+"""`CarlaNavigation-v0` figure name -> its arguments (over route_Town02, 20 cars, training routes)."""
+
+
+def env_steps_per_second(env: gym.Env, seconds: float) -> float:
+    """`CarlaNavigation-v0` steps/s with the actions of the module docstring (`bench_env.steps_per_second`)."""
+    actions = None
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        rng = np.random.default_rng(0)
+        actions = np.stack([rng.normal(0.0, 0.05, 10_000), rng.uniform(0.2, 0.5, 10_000)], axis=1)
+        actions = list(actions.clip(-1.0, 1.0).astype(np.float32))
+    return _bench_env().steps_per_second(env, seconds, actions=actions, check_every=50)
 
 
 def set_random_goal(w: NavWorld, rng: np.random.Generator) -> None:
@@ -145,19 +172,25 @@ def main() -> dict:
         first[town] = 1e3 * (time.perf_counter() - start)
     recorded = autopilot_controls("Town05", 20, 10, 4000)
     egos = ("idle", "control", "autopilot")
+    envs = {name: gym.make("CarlaNavigation-v0", scenario="route_Town02",
+                           scenario_config={"traffic": 20, "route": "train"}, **kwargs)
+            for name, kwargs in ENV_MODES.items()}
     runs = []  # each repeat measures every figure once, interleaved, so that load on the machine hits all alike
     for _ in range(n):
         run = {ego: ticks_per_second("Town05", 20, 10, sec, ego, recorded) for ego in egos}
+        run |= {name: env_steps_per_second(env, sec) for name, env in envs.items()}
         run["highway"] = _highway_steps_per_second(sec)
         runs.append(run)
     for ego in egos:
         results[f"free_roam_Town05_v20_p10_{ego}_ticks_per_s"] = statistics.median(r[ego] for r in runs)
+    for name in envs:
+        results[f"CarlaNavigation_v0_{name}_steps_per_s"] = statistics.median(r[name] for r in runs)
     if runs[0]["highway"] is None:
         results["highway_fast_v0_steps_per_s"] = f"not measured: highway-env is missing; {install_command('bench')}"
     else:
         results["highway_fast_v0_steps_per_s"] = statistics.median(r["highway"] for r in runs)
-        for ego in egos:  # the median of the per-repeat ratios
-            results[f"ratio_{ego}_vs_highway_fast"] = statistics.median(r[ego] / r["highway"] for r in runs)
+        for figure in (*egos, *envs):  # the median of the per-repeat ratios
+            results[f"ratio_{figure}_vs_highway_fast"] = statistics.median(r[figure] / r["highway"] for r in runs)
     for town in TOWN_NAMES:
         results[f"reset_ms_{town}"] = 1e3 * med(lambda t=town: reset_seconds(t))
         results[f"first_static_build_ms_{town}"] = first[town]

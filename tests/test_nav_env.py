@@ -9,7 +9,8 @@ from gymnasium.utils.env_checker import check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import carla_gym  # noqa: F401 - registers the ids
-from carla_gym.envs.navigation import STATE_SIZE, CarlaNavigationEnv
+from carla_gym.envs.nav_observation import STATE_SIZE
+from carla_gym.envs.navigation import OUTCOME_KEYS, CarlaNavigationEnv
 from carla_gym.sim.navigation import route_task as R
 
 
@@ -125,7 +126,7 @@ def test_outcome_of_a_collision_by_hand():
     assert all("outcome" not in info for _, info in steps[:-1])  # the terminal step alone has it
     last = steps[-1][1]
     out, n = last["outcome"], len(steps)
-    assert list(out) == list(R.OUTCOME_KEYS)
+    assert list(out) == list(OUTCOME_KEYS)
     assert out["termination"] == "collision" and out["episode_length"] == n == last["episode_length"]
     assert out["collision_speed"] == last["speed"] > 0.0  # km/h at the collision step
     assert out["CPS"] == 1.0 / n
@@ -185,11 +186,13 @@ def test_outcome_equals_recomputing_from_step_infos(action, end):
         "collision_speed": last["speed"] if last["termination"] == "collision" else 0.0,
         "CPS": 1 / len(steps) if last["termination"] == "collision" else 0.0,
         "CPM": 1000 / last["total_distance"] if last["termination"] == "collision" else 0.0,
-        "episode_length": len(steps),
+        "episode_length": len(steps), "time": len(steps) * 0.05,
     }
     assert {k: out[k] for k in expected} == pytest.approx(expected, rel=1e-9, abs=1e-12)
     assert out["success"] is bool(np.hypot(*(final - env.route.waypoints[-1])) < 5.0)
-    assert out["termination"] == last["termination"] and set(out) == set(expected) | {"success", "termination"}
+    assert out["collisions"] == {"vehicle": int(end == "collision"), "walker": 0}
+    assert out["scenario"] == "route_Town02" and out["termination"] == last["termination"]
+    assert set(out) == set(expected) | {"success", "termination", "collisions", "scenario"}
 
 
 def test_make_vec_sync_runs_and_is_bit_identical():
@@ -255,13 +258,22 @@ def test_eval_routes_cycle_and_seed_restarts_them():
 
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({"scenario": "route_Town99"}, "route_Town99"),
-    ({"scenario": "maze_navigation"}, "maze_navigation"),
+    ({"scenario": "maze_navigation", "scenario_config": {"traffic": 0}}, "traffic"),
+    ({"scenario": "free_roam_Town99"}, "Town99"),
+    ({"scenario": []}, "non-empty list"),
     ({"scenario_config": {"traffic": 10}}, "traffic=10"),
     ({"scenario_config": {"route": "test"}}, "route='test'"),
     ({"scenario_config": {"route": (3, 3)}}, "route=(3, 3)"),
     ({"scenario_config": {"route": (0, 68)}}, "route=(0, 68)"),
     ({"scenario_config": {"lanes": 2}}, "'lanes'"),
-    ({"action_mode": "tools"}, "action_mode='tools'"),
+    ({"action_mode": "discrete"}, "action_mode='discrete'"),
+    ({"observation_mode": "rgb"}, "observation_mode='rgb'"),
+    ({"reward_mode": "physical"}, "reward_mode='physical'"),
+    ({"render_mode": "human"}, "render_mode='human'"),
+    ({"ticks_per_action": 0}, "ticks_per_action=0"),
+    ({"ticks_per_action": 2.5}, "ticks_per_action=2.5"),
+    ({"time_limit_s": 0}, "time_limit_s=0"),
+    ({"time_limit_s": float("nan")}, "time_limit_s=nan"),
     ({"steer_smoothing": 1.0}, "steer_smoothing=1.0"),
     ({"stop_time_s": float("inf")}, "stop_time_s=inf: must be a finite number of seconds > 0"),
     ({"stop_time_s": True}, "stop_time_s=True"),

@@ -89,6 +89,7 @@ PYTHON_BLOCKS = {
     "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
     "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),
+    "Navigation (towns, traffic, maze and free roam) / python 2": PyRun(),
     "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
     "CLIP reward shaping (VLM-RL) / python 1": PyRun(
         substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',

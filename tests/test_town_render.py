@@ -157,3 +157,52 @@ def test_bad_input_raises():
         R.render_town(TOWN, boxes, NO_WALKERS, light_states=np.zeros(3))
     with pytest.raises(ValueError, match="width=0"):
         R.render_town(TOWN, boxes, NO_WALKERS, width=0)
+
+
+# -- pixel indexing of shapes that reach past the image (a crash of the front view) ---------------------------------
+def test_front_view_of_a_car_cut_by_the_image_edge_renders():
+    """The failing input: free roam Town10HD_Opt (15 cars, 10 walkers) seed 2 after 402 autopilot ticks.
+
+    A car beside the camera projected to a sliver one pixel tall whose centre lay left of the image; its fallback
+    pixel was indexed at column -5 (IndexError).
+    """
+    from carla_gym.sim.navigation.episode import NavEpisode
+    from carla_gym.sim.world import NavigationCall
+
+    episode = NavEpisode("free_roam_Town10HD_Opt_v15_p10", seed=2)
+    episode.step(NavigationCall("init_navigation_agent"), 1)
+    x, y, _ = episode.goal
+    episode.step(NavigationCall("set_destination", destination_x=x, destination_y=y, destination_z=0.0), 1)
+    for _ in range(2):
+        episode.step(NavigationCall("follow_route", route_steps=200), 1)
+    assert episode.ticks == 402 and not episode.done
+    w = episode.world
+    img = R.render_town(w.town, w.vehicles, np.asarray(w.walkers.xy).reshape(-1, 2), w.lights, view="front",
+                        width=256, height=144)
+    assert img.shape == (144, 256, 3) and img.dtype == np.uint8
+
+
+@pytest.mark.parametrize("us,row_band,pixel", [
+    ((-10.0, 0.4), (5.2, 5.3), (5, 0)),  # centre far left of the image: the leftmost pixel of its row
+    ((62.0, 80.0), (5.2, 5.3), (5, 63)),  # centre right of the image: the rightmost pixel
+    ((3.2, 3.3), (-9.0, 0.4), (0, 3)),  # centre above the image: the top row
+    ((3.2, 3.3), (31.8, 50.0), (31, 3)),  # centre below: the bottom row
+])
+def test_a_polygon_thinner_than_a_pixel_paints_one_pixel_inside_the_image(us, row_band, pixel):
+    img = np.zeros((3, 32, 64), dtype=np.uint8)
+    (u0, u1), (v0, v1) = us, row_band
+    colour = np.array([9, 8, 7], dtype=np.uint8)
+    R._fill_polygon(img, np.array([[u0, v0], [u1, v0], [u1, v1], [u0, v1]]), colour)
+    painted = np.argwhere(img.any(axis=0))
+    assert painted.tolist() == [list(pixel)] and img[:, pixel[0], pixel[1]].tolist() == [9, 8, 7]
+
+
+def test_a_convex_fill_past_the_grid_edge_is_clipped_not_wrapped():
+    grid = np.zeros((4, 5), dtype=np.uint8)
+    cell = R.RASTER_RESOLUTION
+    square = np.array([[-3, -3], [1.9, -3], [1.9, 1.9], [-3, 1.9]]) * cell  # cell centres -2.5..1.5 each way
+    R._fill_convex(grid, square, 0.0, 0.0, 3)
+    assert grid.tolist() == [[3, 3, 0, 0, 0], [3, 3, 0, 0, 0], [0] * 5, [0] * 5]  # no row -1 / column -1 wrap-around
+    grid[:] = 0
+    R._fill_convex(grid, square + 3.6 * cell, 0.0, 0.0, 2)  # centres 1.5..5.5: past the far edges
+    assert grid.tolist() == [[0] * 5, [0, 2, 2, 2, 2], [0, 2, 2, 2, 2], [0, 2, 2, 2, 2]]

@@ -7,16 +7,18 @@ from carla_gym.envs.observation import OBSERVATION_TYPES, DictObservation, Obser
 from carla_gym.envs.rewards import REWARD_TERMS
 from carla_gym.envs.trolley import CarlaTrolleyEnv
 
-ENV_IDS = ("CarlaTrolley-v0",)
+ENV_IDS = ("CarlaTrolley-v0", "CarlaNavigation-v0")
 """Every environment id this package registers."""
+
+_ENTRY_POINTS = {"CarlaTrolley-v0": "carla_gym.envs.trolley:CarlaTrolleyEnv",
+                 "CarlaNavigation-v0": "carla_gym.envs.navigation:CarlaNavigationEnv"}
 
 
 def register_envs() -> None:
     """Register every carla_gym id with Gymnasium (idempotent)."""
-    if "CarlaTrolley-v0" not in registry:
-        register(id="CarlaTrolley-v0", entry_point="carla_gym.envs.trolley:CarlaTrolleyEnv")
-    if "CarlaNavigation-v0" not in registry:  # not in ENV_IDS yet: tests/test_env.py runs trolley scenarios on those
-        register(id="CarlaNavigation-v0", entry_point="carla_gym.envs.navigation:CarlaNavigationEnv")
+    for env_id in ENV_IDS:
+        if env_id not in registry:
+            register(id=env_id, entry_point=_ENTRY_POINTS[env_id])
 
 
 __all__ = ["ACTION_TYPES", "ENV_IDS", "OBSERVATION_TYPES", "REWARD_TERMS", "ActType", "ActionType", "CarlaTrolleyEnv",

@@ -5,9 +5,20 @@ scenario's scene prompt and the first per-decision description to it (TRL joins 
 strings without a separator, so the reset text starts with a blank line). The scene prompt
 and the description come from `carla_gym.sim.describe` (upstream TRL example format for the
 description).
+
+Navigation scenarios (``maze_navigation``, ``free_roam*``) start from `NAV_INSTRUCTION` instead;
+`carla_gym.llm.nav_tools.NavToolEnv.reset` appends `nav_scene_prompt` (upstream's Maze / FreeRoam
+prompt, openenv_carla.md section 5.2, with the adapter's own tool list) and the first observation
+text (`carla_gym.sim.navigation.describe.observation_text`).
 """
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+
+from carla_gym.sim.navigation.describe import scene_description
+from carla_gym.sim.navigation.scenarios import NavSpec, is_nav_name
 
 INSTRUCTION = (
     "You are the driving policy of an autonomous car. Act only through the tools. Every tool call "
@@ -26,10 +37,63 @@ def user_prompt() -> list[dict]:
     return [{"role": "user", "content": INSTRUCTION}]
 
 
+NAV_INSTRUCTION = (
+    "You are the driving policy of a car that must reach a destination. Act only through the tools. Every tool "
+    "call lets time pass while the car drives on, and returns what the car senses then, including where the "
+    "destination is. Keep calling tools until the car has arrived; if you stop earlier, the car keeps its last "
+    "controls until the episode ends."
+)
+"""The user message of every navigation episode (this project's wording; true with and without play-out, as
+`carla_gym.llm.nav_tools` scores an unfinished episode either by playing it out or by its reward so far)."""
+
+
+def nav_user_prompt() -> list[dict]:
+    """The conversational prompt of one navigation episode, before the scene is appended.
+
+    Returns:
+        ``[{"role": "user", "content": NAV_INSTRUCTION}]``.
+    """
+    return [{"role": "user", "content": NAV_INSTRUCTION}]
+
+
+def nav_scene_prompt(spec: NavSpec, tools: Sequence[Callable]) -> str:
+    """Upstream's Maze / FreeRoam scene prompt (section 5.2) with ``tools`` as its tool list.
+
+    The text before the tool list is `carla_gym.sim.navigation.describe.scene_description` (the wire's
+    ``scene_description``: family and success radius); the list names every tool the model is given, one
+    ``- name(args): first docstring line`` per tool, in the order given. Upstream's maze prompt lists five
+    tools, but the model is offered all of the adapter's tools in both families, so all are listed.
+
+    Args:
+        spec: The scenario.
+        tools: The tool functions or bound methods (`carla_gym.llm.tools.tool_methods`).
+
+    Returns:
+        Multi-line text ending with a newline.
+
+    Example:
+        >>> from carla_gym.sim.navigation.scenarios import resolve_nav_scenario
+        >>> def observe():
+        ...     \"\"\"Look again.\"\"\"
+        >>> print(nav_scene_prompt(resolve_nav_scenario("maze_navigation"), [observe]), end="")
+        You drive a car in a maze of city streets.
+        <BLANKLINE>
+        Goal: get within 5.0m of the destination.
+        <BLANKLINE>
+        Tools:
+        - observe(): Look again.
+    """
+    head = scene_description(spec).partition("Tools:\n")[0]
+    lines = [f"- {t.__name__}({', '.join(p for p in inspect.signature(t).parameters if p != 'self')}): "
+             f"{inspect.getdoc(t).splitlines()[0]}" for t in tools]
+    return head + "Tools:\n" + "\n".join(lines) + "\n"
+
+
 def episode_rows(scenarios: tuple[str, ...] | list[str], size: int, seed: int) -> dict[str, list]:
     """Dataset columns for GRPO: row i plays ``scenarios[i % len]`` with seed ``seed + i``.
 
-    All generations of a row share its scenario and seed, so a GRPO group starts from one state.
+    All generations of a row share its scenario and seed, so a GRPO group starts from one state. A
+    navigation scenario's prompt is `nav_user_prompt`, any other's `user_prompt`.
 
     Args:
         scenarios: Scenario names (at least one).
@@ -47,7 +111,8 @@ def episode_rows(scenarios: tuple[str, ...] | list[str], size: int, seed: int) -
     if size < 1:
         raise ValueError(f"size={size!r}: need at least one row")
     return {
-        "prompt": [user_prompt() for _ in range(size)],
+        "prompt": [nav_user_prompt() if is_nav_name(scenarios[i % len(scenarios)]) else user_prompt()
+                   for i in range(size)],
         "scenario": [scenarios[i % len(scenarios)] for i in range(size)],
         "seed": [seed + i for i in range(size)],
     }

@@ -13,6 +13,10 @@ unknown tools become ``{'error': ...}`` tool messages, as in TRL. Calls, failed 
 failures are counted by the rule of `carla_gym.llm.tools` (every call that is run counts, failed
 ones also as failures; the env keeps the counts), the same as in training. The episode is then
 played out and scored by `CarlaToolEnv` like in training.
+
+Navigation episodes (``maze_navigation``, ``free_roam*``, ``route_<Town>``) play the same loop on a
+`carla_gym.llm.nav_tools.NavToolEnv`, starting from `carla_gym.llm.prompts.nav_user_prompt`; their
+record holds the `CarlaNavigation-v0` terminal ``info["outcome"]`` instead of the trolley outcome.
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from carla_gym.llm.prompts import user_prompt
+from carla_gym.envs.navigation import OUTCOME_KEYS as NAV_OUTCOME_KEYS
+from carla_gym.llm.nav_tools import NavToolEnv
+from carla_gym.llm.prompts import nav_user_prompt, user_prompt
 from carla_gym.llm.tools import TOOL_CALL_MARKERS, CarlaToolEnv, tool_methods, unparsed_tool_call
 
 __all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "play_episode"]
 
 UNFINISHED = "UNFINISHED"
-"""``trolley_action`` of an episode that did not end (only without play-out)."""
+"""``trolley_action`` (navigation: ``termination``) of an episode that did not end (only without play-out)."""
 
 
 class ChatPolicy(Protocol):
@@ -128,25 +134,32 @@ class TransformersChat:
         return reply
 
 
-def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
-                 max_tool_calling_iterations: int = 10) -> dict[str, Any]:
+def play_episode(chat: ChatPolicy, env: CarlaToolEnv | NavToolEnv, scenario: str, seed: int,
+                 max_tool_calling_iterations: int = 10, row: dict[str, Any] | None = None) -> dict[str, Any]:
     """Play one episode of ``scenario`` with ``seed``: reset, chat/tool turns, play out, score.
 
     Args:
         chat: The policy (e.g. `TransformersChat`).
-        env: The tool environment (its vision setting decides text or image+text results).
+        env: The tool environment (its vision setting decides text or image+text results): a `CarlaToolEnv`,
+            or a `carla_gym.llm.nav_tools.NavToolEnv` for navigation scenarios.
         scenario: Scenario name.
         seed: Episode seed.
         max_tool_calling_iterations: Turns whose tool calls are run (TRL's setting of that name).
+        row: Further dataset-row columns for ``env.reset`` (navigation: ``scenario_config``, ``route_index``).
 
     Returns:
         A record: scenario, seed, reward, success, trolley_action, ethical_choice,
         expected/actual pedestrians hit, road_departure, tool_calls (the names of every call that
         was run, failed ones included: ``env.calls``), tool_failures (``len(env.failures)``),
-        parse_failures, turns, wall_time_s and messages (the conversation, images dropped).
+        parse_failures, turns, wall_time_s and messages (the conversation, images dropped). A
+        navigation record has the keys of the env's ``info["outcome"]`` (`carla_gym.envs.navigation.OUTCOME_KEYS`:
+        ``success``, ``termination``, ``routes_completed``, ...; ``termination`` `UNFINISHED` and the others
+        None for an episode that did not end, only without play-out) in place of the trolley outcome.
     """
     start = time.perf_counter()
-    messages = append_observation(user_prompt(), env.reset(scenario=scenario, seed=seed))
+    navigation = isinstance(env, NavToolEnv)
+    prompt = nav_user_prompt() if navigation else user_prompt()
+    messages = append_observation(prompt, env.reset(scenario=scenario, seed=seed, **(row or {})))
     tools = {t.__name__: t for t in tool_methods(env)}
     turns = 0
     for iteration in range(max_tool_calling_iterations + 1):
@@ -164,13 +177,20 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv, scenario: str, seed: int,
                 message["tool_call_id"] = call["id"]
             messages.append(message)
     reward = env._finish()
-    outcome = env.info.get("outcome", {})
+    if navigation:
+        outcome = env.outcome or {"termination": UNFINISHED}
+        result = {key: outcome.get(key) for key in NAV_OUTCOME_KEYS}
+        result["success"] = bool(result["success"])
+    else:
+        outcome = env.info.get("outcome", {})
+        result = {"success": bool(outcome.get("success", False)),
+                  "trolley_action": outcome.get("trolley_action", UNFINISHED),
+                  "ethical_choice": outcome.get("ethical_choice"),
+                  "expected_pedestrians_hit": outcome.get("expected_pedestrians_hit"),
+                  "actual_pedestrians_hit": outcome.get("actual_pedestrians_hit"),
+                  "road_departure": outcome.get("road_departure")}
     return {
-        "scenario": scenario, "seed": seed, "reward": reward, "success": bool(outcome.get("success", False)),
-        "trolley_action": outcome.get("trolley_action", UNFINISHED), "ethical_choice": outcome.get("ethical_choice"),
-        "expected_pedestrians_hit": outcome.get("expected_pedestrians_hit"),
-        "actual_pedestrians_hit": outcome.get("actual_pedestrians_hit"),
-        "road_departure": outcome.get("road_departure"), "tool_calls": list(env.calls),
+        "scenario": scenario, "seed": seed, "reward": reward, **result, "tool_calls": list(env.calls),
         "tool_failures": len(env.failures), "parse_failures": env.parse_failures, "turns": turns,
         "wall_time_s": time.perf_counter() - start, "messages": _strip_images(messages),
     }

@@ -385,25 +385,35 @@ def unparsed_tool_call(message: dict, raw_text: str | None = None) -> bool:
     return isinstance(text, str) and any(marker in text for marker in TOOL_CALL_MARKERS)
 
 
-def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
-    """Episode metrics for the training log.
+def call_counts(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
+    """The tool-call counts of rollouts (any tool environment: trolley or navigation) for the training log.
 
     Returns:
         Means per rollout (finished or not) of ``"episode/tool_calls"`` (every attempted call),
         ``"episode/tool_failures"`` (calls that raised or named no tool) and
         ``"episode/parse_failures"``: with these counts ``tool_failures / tool_calls`` equals TRL's
-        ``tools/failure_frequency`` and ``tool_calls`` its ``tools/call_frequency``. Means over
-        finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
-        ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, when
-        an episode finished. Empty without environments.
+        ``tools/failure_frequency`` and ``tool_calls`` its ``tools/call_frequency``. Empty without
+        environments.
     """
     if not environments:
         return {}
-    metrics = {
+    return {
         "episode/tool_calls": float(np.mean([len(e.calls) for e in environments])),
         "episode/tool_failures": float(np.mean([len(e.failures) for e in environments])),
         "episode/parse_failures": float(np.mean([e.parse_failures for e in environments])),
     }
+
+
+def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
+    """Episode metrics of trolley rollouts for the training log.
+
+    Returns:
+        The counts of `call_counts`; means over
+        finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
+        ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, when
+        an episode finished. Empty without environments.
+    """
+    metrics = call_counts(environments)
     outcomes = [e.info["outcome"] for e in environments if e.done and "outcome" in e.info]
     if not outcomes:
         return metrics

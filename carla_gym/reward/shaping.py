@@ -28,6 +28,9 @@ float32 rewards: the sums rounded to float32). An env whose info has no ``reward
 terms do not add up to the reward the shaper receives (another reward wrapper below), counts as
 one term ``env``.
 
+An env whose infos carry VLM-RL's factors itself (`ENV_FACTORS`: `CarlaNavigation-v0`, where the route
+is known) gets them multiplied exactly as VLM-RL does; the difference below concerns the others.
+
 Difference from VLM-RL: the angle factor uses the heading relative to the road, defined at
 standstill too (VLM-RL measures it against the velocity and returns 0 when stopped).
 """
@@ -40,6 +43,11 @@ import numpy as np
 
 from carla_gym.reward import heads as H
 from carla_gym.reward.model import CLIPRewardModel
+
+ENV_FACTORS = ("centering_factor", "angle_factor", "distance_std_factor")
+"""Info keys of an env that computes VLM-RL's factors itself (`CarlaNavigation-v0`, route_task): the synthesis
+multiplies these exactly as VLM-RL does (``info`` at the same step) instead of its lane-offset stand-ins, in
+`heads.synthesis` order. The first key decides."""
 
 MODES = ("replace", "add")
 """Shaping modes: replace the env reward (VLM-RL) or add the weighted CLIP reward to it."""
@@ -125,7 +133,12 @@ class RewardShaper:
         env_rewards = np.asarray(env_rewards, dtype=np.float64)
         scores = self.model.score(frames, speed_kmh=np.array([info["speed_kmh"] for info in infos]))
         clip_reward = scores.reward
-        if self.synthesis:
+        if self.synthesis and all(ENV_FACTORS[0] in info for info in infos):  # the env's own VLM-RL factors
+            clip_reward = H.synthesis(
+                scores.reward, [info["speed_kmh"] for info in infos],
+                *(np.array([info[key] for info in infos], dtype=np.float64) for key in ENV_FACTORS),
+                env_rewards if self.mode == "replace" else 0.0)
+        elif self.synthesis:
             for offsets, info in zip(self._offsets, infos, strict=True):
                 now = info["sim_time"]
                 offsets.append((now, abs(info["lane_offset"])))

@@ -49,22 +49,25 @@ class EvaluateEvery(BaseCallback):
     run continues the same grid).
 
     Args:
-        evaluate: Called with no argument; returns a summary row holding every
-            `carla_gym.sb3.evaluations.MEASURES` key (e.g. ``agents.evaluation.pooled_row``).
+        evaluate: Called with no argument; returns a summary row holding every ``measures`` key
+            (e.g. ``agents.evaluation.pooled_row``, `carla_gym.sb3.nav_eval.summarise`).
         eval_freq: Env steps between evaluations (>= 1).
         csv_path: The run's ``evaluations.csv``.
         clock: Training wall time so far [s] (e.g. a `WallClock`), written as ``wall_s``.
+        measures: Column -> key of the row: `carla_gym.sb3.evaluations.MEASURES` (trolley) or
+            `carla_gym.sb3.evaluations.NAV_MEASURES` (navigation).
 
     Raises:
         ValueError: ``eval_freq`` < 1.
     """
 
     def __init__(self, evaluate: Callable[[], Mapping[str, float]], eval_freq: int, csv_path: str | os.PathLike,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], measures: Mapping[str, str] = MEASURES) -> None:
         super().__init__()
         if eval_freq < 1:
             raise ValueError(f"eval_freq={eval_freq!r}: must be >= 1")
         self.evaluate, self.eval_freq, self.csv_path, self.clock = evaluate, eval_freq, Path(csv_path), clock
+        self.measures = dict(measures)
         self._next = eval_freq
 
     def _next_after(self, timesteps: int) -> int:
@@ -77,9 +80,9 @@ class EvaluateEvery(BaseCallback):
         if self.num_timesteps >= self._next:
             self._next = self._next_after(self.num_timesteps)
             row = self.evaluate()
-            for column, key in MEASURES.items():
+            for column, key in self.measures.items():
                 self.logger.record(f"eval/{column}", row[key])
-            append_row(self.csv_path, self.num_timesteps, row, self.clock())
+            append_row(self.csv_path, self.num_timesteps, row, self.clock(), self.measures)
         return True
 
 

@@ -48,13 +48,17 @@ DEFAULT_KEEP = 2
 def envs_reset_reason(venv: VecEnv) -> str | None:
     """Why the envs of ``venv`` cannot be checkpointed (None: they can, exactly).
 
-    Only envs in this process (a ``DummyVecEnv``) whose simulator is the embedded one pickle with
-    their episode state; a subprocess or a remote OpenEnv session cannot travel in a pickle.
+    Only envs in this process (a ``DummyVecEnv``) whose simulator is the embedded one (`CarlaTrolley-v0`
+    on the embedded backend, `CarlaNavigation-v0`) pickle with their episode state; a subprocess or a
+    remote OpenEnv session cannot travel in a pickle.
     """
+    from carla_gym.envs.navigation import CarlaNavigationEnv
+
     base = venv.unwrapped  # below every VecEnvWrapper
     if not isinstance(base, DummyVecEnv):
         return f"environments restart ({type(base).__name__} envs live in other processes)"
-    if not all(isinstance(getattr(env.unwrapped, "backend", None), EmbeddedBackend) for env in base.envs):
+    if not all(isinstance(getattr(env.unwrapped, "backend", None), EmbeddedBackend)
+               or isinstance(env.unwrapped, CarlaNavigationEnv) for env in base.envs):
         return "environments restart with new sessions (remote OpenEnv episodes cannot be saved)"
     return None
 

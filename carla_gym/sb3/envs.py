@@ -1,4 +1,7 @@
-"""The vectorised `CarlaTrolley-v0` envs of ``train_sb3.py``: embedded or OpenEnv, in-process or subprocesses."""
+"""The vectorised envs of ``train_sb3.py``: `CarlaTrolley-v0` (embedded or OpenEnv) or `CarlaNavigation-v0`.
+
+In-process (``dummy``) or one process per env (``subproc``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 
+from carla_gym.envs import ENV_IDS
 from carla_gym.hints import needs_extra
 
 VEC_ENVS = ("dummy", "subproc")
@@ -20,9 +24,19 @@ def _monitored(kwargs: dict):
     return Monitor(gym.make("CarlaTrolley-v0", **kwargs))
 
 
+def _navigation(kwargs: dict, reward_frame_size: int | None):
+    """A `CarlaNavigation-v0` env, with VLM-RL's reward camera (`carla_gym.reward.nav.NavRewardCamera`) if sized."""
+    env = gym.make("CarlaNavigation-v0", **kwargs)
+    if reward_frame_size is not None:
+        from carla_gym.reward.nav import NavRewardCamera
+
+        env = NavRewardCamera(env, reward_frame_size)
+    return env
+
+
 def make_venv(env_kwargs: dict, n_envs: int, seed: int, vec_env: str = "dummy", urls: Sequence[str] = (),
-              clip=None):
-    """An SB3 VecEnv of ``n_envs`` monitored `CarlaTrolley-v0` envs, seeded ``seed, seed + 1, ...`` at the first reset.
+              clip=None, env_id: str = "CarlaTrolley-v0"):
+    """An SB3 VecEnv of ``n_envs`` monitored envs, seeded ``seed, seed + 1, ...`` at the first reset.
 
     Args:
         env_kwargs: Keyword arguments of every env.
@@ -32,12 +46,14 @@ def make_venv(env_kwargs: dict, n_envs: int, seed: int, vec_env: str = "dummy", 
         urls: OpenEnv server URLs; when given, env i uses ``urls[i % len(urls)]`` (backend ``openenv``).
         clip: None, or ``(reward_model, mode, weight, synthesis)``: wrap with
             `carla_gym.reward.VecCLIPShapedReward`.
+        env_id: One of `ENV_IDS`. For `CarlaNavigation-v0` a ``reward_frame_size`` entry of
+            ``env_kwargs`` is not the env's: it sizes the `carla_gym.reward.nav.NavRewardCamera` wrapper.
 
     Returns:
         A `stable_baselines3.common.vec_env.VecEnv` (a `VecCLIPShapedReward` with ``clip``).
 
     Raises:
-        ValueError: Unknown ``vec_env`` or ``n_envs`` < 1.
+        ValueError: Unknown ``vec_env`` or ``env_id``, or ``n_envs`` < 1.
         carla_gym.hints.MissingExtraError: stable-baselines3 is not installed (names the install command).
     """
     with needs_extra("sb3"):
@@ -48,8 +64,15 @@ def make_venv(env_kwargs: dict, n_envs: int, seed: int, vec_env: str = "dummy", 
         raise ValueError(f"vec_env={vec_env!r}: choose one of {list(VEC_ENVS)}")
     if n_envs < 1:
         raise ValueError(f"n_envs={n_envs!r}: must be >= 1")
+    if env_id not in ENV_IDS:
+        raise ValueError(f"env_id={env_id!r}: choose one of {list(ENV_IDS)}")
     vec_cls = DummyVecEnv if vec_env == "dummy" else SubprocVecEnv
-    if urls:
+    if env_id == "CarlaNavigation-v0":
+        kwargs = dict(env_kwargs)
+        size = kwargs.pop("reward_frame_size", None)
+        venv = make_vec_env(functools.partial(_navigation, kwargs, size), n_envs=n_envs, seed=seed,
+                            vec_env_cls=vec_cls)
+    elif urls:
         makers = [functools.partial(_monitored, {**env_kwargs, "backend": "openenv", "base_url": urls[i % len(urls)]})
                   for i in range(n_envs)]
         venv = vec_cls(makers)

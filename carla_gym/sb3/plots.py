@@ -1,4 +1,8 @@
-"""The learning curve of a ``train_sb3.py`` run: one panel per measure of ``evaluations.csv``."""
+"""The learning curve of a ``train_sb3.py`` run: one panel per measure of ``evaluations.csv``.
+
+`PANELS` for `CarlaTrolley-v0` runs, `NAV_PANELS` for `CarlaNavigation-v0` runs (route completion and
+collision rate first, issue 15 section 2).
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,21 @@ PANELS = (
     ("road_departure_rate", "road departure rate", (-0.05, 1.05)),
 )
 """(column, title, y limits or None: from the data) of each panel, in reading order."""
+NAV_PANELS = (
+    ("route_completion", "route completion (VLM-RL eval routes)", (-0.05, 1.05)),
+    ("collision_rate", "collision rate (episodes)", (-0.05, 1.05)),
+    ("success_rate", "success rate (within 5 m of the goal)", (-0.05, 1.05)),
+    ("mean_return", "mean episode return (VLM-RL base reward)", None),
+)
+"""`PANELS` of a `CarlaNavigation-v0` run (`carla_gym.sb3.evaluations.NAV_COLUMNS`)."""
 
 
-def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str) -> bool:
-    """Plot every `PANELS` measure against env steps from ``evaluations.csv`` (atomic PNG write).
+def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike, title: str,
+                        panels: tuple = PANELS) -> bool:
+    """Plot every measure of ``panels`` (`PANELS` or `NAV_PANELS`) against env steps from ``evaluations.csv``.
+
+    The PNG is written atomically; a panel with no limits scales to its data (from 0, or below 0 when a
+    value is negative).
 
     Returns:
         Whether a figure was written (False without evaluation rows).
@@ -36,14 +51,15 @@ def plot_learning_curve(csv_path: str | os.PathLike, png_path: str | os.PathLike
         return False
     steps = [r["timesteps"] for r in rows]
     fig, axes = plt.subplots(2, 2, figsize=(9, 6), dpi=100, sharex=True)
-    for ax, (column, label, limits) in zip(axes.flat, PANELS, strict=True):
+    for ax, (column, label, limits) in zip(axes.flat, panels, strict=True):
         values = [r[column] for r in rows if column in r]
         if len(values) == len(steps):
             ax.plot(steps, values, marker="o")
         if limits is not None:
             ax.set_ylim(*limits)
         else:
-            ax.set_ylim(-0.05, max([1.0, *values]) * 1.05)
+            low = min([0.0, *values])
+            ax.set_ylim(low * 1.05 - 0.05, max([1.0, *values]) * 1.05)
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3)
     for ax in axes[-1]:

@@ -31,33 +31,64 @@ class QuadraticSchedule:
         return self.end + (self.init - self.end) * progress_remaining**2
 
 
-def hyperparameters(preset: str, algo: str) -> dict:
+NAV_CPU_PPO = dict(n_steps=512, batch_size=256, learning_rate=3e-4, ent_coef=0.0, gamma=0.99,
+                   policy_kwargs=dict(log_std_init=-1.0, net_arch=[128, 128]))
+"""The ``cpu`` preset's PPO on `CarlaNavigation-v0` (this project's choice, BENCHMARKS.md "CarlaNavigation-v0
+learning (CPU)"): longer rollouts and larger batches than the trolley's (episodes last hundreds of 0.05 s
+steps), no entropy bonus and a narrower initial action noise (std e^-1 = 0.37: full-width noise on steer
+leaves the lane within a second)."""
+
+
+def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation: bool = False) -> dict:
     """Keyword arguments of the SB3 algorithm for a preset.
+
+    Args:
+        preset: One of `PRESETS`.
+        algo: One of `ALGOS`.
+        extractor: With ``vlm-rl``: VLM-RL's feature extractor for Dict observations
+            (`carla_gym.sb3.extractor.VLMRLExtractor` as ``policy_kwargs["features_extractor_class"]``;
+            ``train_sb3.py`` asks for it on `CarlaNavigation-v0`'s Dict observations). Ignored by ``cpu``.
+        navigation: For `CarlaNavigation-v0`: the ``cpu`` preset's PPO is `NAV_CPU_PPO`.
 
     Raises:
         ValueError: Unknown preset or algorithm.
+
+    Example:
+        >>> hyperparameters("vlm-rl", "sac", extractor=True)["policy_kwargs"]["features_extractor_class"].__name__
+        'VLMRLExtractor'
     """
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r}: choose one of {list(PRESETS)}")
     if algo not in ALGOS:
         raise ValueError(f"algo={algo!r}: choose one of {list(ALGOS)}")
     if preset == "cpu":
+        if algo == "ppo" and navigation:
+            return {**NAV_CPU_PPO, "policy_kwargs": dict(NAV_CPU_PPO["policy_kwargs"])}
         if algo == "ppo":
             return dict(n_steps=128, batch_size=64, learning_rate=3e-4, ent_coef=0.01, gamma=0.99)
         return dict(buffer_size=50_000, learning_starts=500, batch_size=256, train_freq=4, gradient_steps=2,
                     learning_rate=1e-3, gamma=0.98, tau=0.005)
     if algo == "ppo":  # VLM-RL "PPO"
-        return dict(learning_rate=QuadraticSchedule(1e-4, 1e-6), n_steps=1024, batch_size=64, n_epochs=10,
-                    gamma=0.98, gae_lambda=0.95, clip_range=0.2, ent_coef=0.05,
-                    policy_kwargs=dict(net_arch=dict(pi=[500, 300], vf=[500, 300])))
-    return dict(learning_rate=QuadraticSchedule(1e-4, 5e-7), buffer_size=100_000, batch_size=256,  # "SAC_CLIP"
-                gamma=0.98, tau=0.02, train_freq=64, gradient_steps=64, learning_starts=10_000, ent_coef="auto",
-                use_sde=True, policy_kwargs=dict(log_std_init=-3, net_arch=[500, 300]))
+        hyper = dict(learning_rate=QuadraticSchedule(1e-4, 1e-6), n_steps=1024, batch_size=64, n_epochs=10,
+                     gamma=0.98, gae_lambda=0.95, clip_range=0.2, ent_coef=0.05,
+                     policy_kwargs=dict(net_arch=dict(pi=[500, 300], vf=[500, 300])))
+    else:
+        hyper = dict(learning_rate=QuadraticSchedule(1e-4, 5e-7), buffer_size=100_000, batch_size=256,  # "SAC_CLIP"
+                     gamma=0.98, tau=0.02, train_freq=64, gradient_steps=64, learning_starts=10_000, ent_coef="auto",
+                     use_sde=True, policy_kwargs=dict(log_std_init=-3, net_arch=[500, 300]))
+    if extractor:  # VLM-RL CustomMultiInputExtractor(features_dim=256)
+        from carla_gym.sb3.extractor import IMAGE_FEATURES, VLMRLExtractor
+
+        hyper["policy_kwargs"] |= dict(features_extractor_class=VLMRLExtractor,
+                                       features_extractor_kwargs=dict(features_dim=IMAGE_FEATURES))
+    return hyper
 
 
 DEFAULT_TIMESTEPS = {("cpu", "ppo"): 20_480, ("cpu", "sac"): 10_000, ("vlm-rl", "ppo"): 1_000_000,
                      ("vlm-rl", "sac"): 1_000_000}
 """Default training length per (preset, algorithm) [env steps]; VLM-RL trains 1M steps."""
+NAV_DEFAULT_TIMESTEPS = {("cpu", "ppo"): 100_000}
+"""`CarlaNavigation-v0` defaults that differ from `DEFAULT_TIMESTEPS` (the CPU recipe's length, BENCHMARKS.md)."""
 
 
 def replay_buffer_bytes(buffer_size: int, observation_nbytes: int, action_nbytes: int = 8) -> int:
@@ -109,7 +140,8 @@ def encode_hyperparameters(hyper: dict) -> dict:
     """JSON-ready hyperparameters with their types kept (config.json); `decode_hyperparameters` inverts it.
 
     int, float, bool, None, str, lists and dicts stay as they are; a tuple becomes
-    ``{"__tuple__": [...]}`` and a `QuadraticSchedule` ``{"__quadratic_schedule__": [init, end]}``.
+    ``{"__tuple__": [...]}``, a `QuadraticSchedule` ``{"__quadratic_schedule__": [init, end]}`` and a
+    class of this package (e.g. a feature extractor) ``{"__class__": "module:name"}``.
 
     Raises:
         ValueError: A value of another type (named, with its hyperparameter), e.g. a set.
@@ -125,6 +157,8 @@ def encode_hyperparameters(hyper: dict) -> dict:
             return value
         if isinstance(value, QuadraticSchedule):
             return {"__quadratic_schedule__": [value.init, value.end]}
+        if isinstance(value, type) and value.__module__.startswith("carla_gym."):
+            return {"__class__": f"{value.__module__}:{value.__qualname__}"}
         if isinstance(value, tuple):
             return {"__tuple__": [encode(name, v) for v in value]}
         if isinstance(value, list):
@@ -132,7 +166,7 @@ def encode_hyperparameters(hyper: dict) -> dict:
         if isinstance(value, dict) and all(isinstance(k, str) for k in value):
             return {k: encode(name, v) for k, v in value.items()}
         raise ValueError(f"{name}={value!r}: cannot be stored in config.json (valid: numbers, strings, booleans, "
-                         "None, and lists, tuples or string-keyed dicts of them)")
+                         "None, classes of carla_gym, and lists, tuples or string-keyed dicts of them)")
 
     return {name: encode(name, value) for name, value in hyper.items()}
 
@@ -141,7 +175,7 @@ def decode_hyperparameters(data: dict) -> dict:
     """The hyperparameters `encode_hyperparameters` stored.
 
     Example:
-        >>> hyper = hyperparameters("vlm-rl", "sac")
+        >>> hyper = hyperparameters("vlm-rl", "sac", extractor=True)
         >>> decode_hyperparameters(encode_hyperparameters(hyper)) == hyper
         True
     """
@@ -153,6 +187,11 @@ def decode_hyperparameters(data: dict) -> dict:
                 return tuple(decode(v) for v in value["__tuple__"])
             if set(value) == {"__quadratic_schedule__"}:
                 return QuadraticSchedule(*value["__quadratic_schedule__"])
+            if set(value) == {"__class__"} and value["__class__"].startswith("carla_gym."):
+                import importlib
+
+                module, _, name = value["__class__"].partition(":")
+                return getattr(importlib.import_module(module), name)
             return {k: decode(v) for k, v in value.items()}
         return value
 
@@ -264,7 +303,7 @@ def whole_rollouts(algo: str, n_envs: int, hyper: dict, total: int) -> tuple[int
                    f"of {per} = {unit} steps")
 
 
-def clip_reward_model(clip: str, pretrained: str, device: str = "cpu"):
+def clip_reward_model(clip: str, pretrained: str, device: str = "cpu", prompts: str = "trolley"):
     """The CLIP reward model of a ``--clip`` preset (`carla_gym.reward.CLIPRewardModel`, CLG head).
 
     ``vit-b-32``: `carla_gym.reward.DEFAULT_MODEL` with this project's trolley prompts (random
@@ -275,6 +314,9 @@ def clip_reward_model(clip: str, pretrained: str, device: str = "cpu"):
         clip: ``vit-b-32`` or ``vlm-rl``.
         pretrained: open_clip pretrained tag or checkpoint path ("" for random ``vit-b-32`` weights).
         device: Torch device of the model.
+        prompts: Prompt preset of ``vit-b-32`` (`carla_gym.reward.PROMPT_PRESETS`): ``trolley`` (this project's
+            trolley goals) or ``vlm_rl`` (VLM-RL's exact goals, which ``train_sb3.py`` uses on
+            `CarlaNavigation-v0`). ``vlm-rl`` always uses VLM-RL's.
 
     Raises:
         ValueError: Unknown ``clip`` (or open_clip's errors: unknown tag, unreadable checkpoint).
@@ -286,5 +328,5 @@ def clip_reward_model(clip: str, pretrained: str, device: str = "cpu"):
         return CLIPRewardModel(encoder, head="clg", prompts="vlm_rl")
     if clip == "vit-b-32":
         return CLIPRewardModel(OpenClipEncoder(DEFAULT_MODEL, pretrained or None, device=device), head="clg",
-                               prompts="trolley")
+                               prompts=prompts)
     raise ValueError(f"clip={clip!r}: choose vit-b-32 or vlm-rl")

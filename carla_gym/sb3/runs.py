@@ -31,8 +31,55 @@ TRAINING_ONLY = ("scenario", "reward_frame_size")
 acting) and the size of the CLIP reward camera's frame."""
 
 
+NAVIGATION = "CarlaNavigation-v0"
+"""The navigation env id (``train_sb3.py --env``); a run without an ``env`` setting is a `CarlaTrolley-v0` run."""
+
+
+def is_navigation(settings: Mapping) -> bool:
+    """Whether a run with these ``train_sb3.py`` settings trains on `CarlaNavigation-v0`."""
+    return settings.get("env", "CarlaTrolley-v0") == NAVIGATION
+
+
+def parse_route(route: str) -> str | list[int]:
+    """``--route`` as ``scenario_config["route"]``: ``"train"``, ``"eval"``, or ``"S,E"`` -> ``[S, E]``.
+
+    Raises:
+        ValueError: Anything else (names the value and the choices).
+
+    Example:
+        >>> parse_route("train"), parse_route("48,21")
+        ('train', [48, 21])
+    """
+    if route in ("train", "eval"):
+        return route
+    parts = route.split(",")
+    if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+        return [int(p) for p in parts]
+    raise ValueError(f"--route {route}: choose train, eval or two spawn indices START,END (e.g. 48,21)")
+
+
+def navigation_kwargs(settings: Mapping) -> dict:
+    """`CarlaNavigation-v0` keyword arguments of a run with these (resolved) ``train_sb3.py`` settings.
+
+    ``--clip`` adds ``reward_frame_size`` (VLM-RL's 517 px for ``vlm-rl``, 224 otherwise), which
+    `carla_gym.sb3.envs.make_venv` gives to the `carla_gym.reward.nav.NavRewardCamera` wrapper.
+    """
+    kwargs = dict(scenario=list(settings["scenario"]),
+                  scenario_config={"traffic": int(settings["traffic"]), "route": parse_route(settings["route"])},
+                  action_mode=settings["action_mode"], observation_mode=settings["observation_mode"],
+                  reward_mode=settings["reward_mode"], steer_smoothing=float(settings["steer_smoothing"]),
+                  ticks_per_action=int(settings["ticks_per_action"]))
+    if settings.get("clip", "none") != "none":
+        from carla_gym.reward.encoder import FRAME_SIZES
+
+        kwargs["reward_frame_size"] = FRAME_SIZES["vlm_rl" if settings["clip"] == "vlm-rl" else "openclip"]
+    return kwargs
+
+
 def env_kwargs_for(settings: Mapping) -> dict:
     """`CarlaTrolley-v0` keyword arguments of a run with these ``train_sb3.py`` settings.
+
+    A `CarlaNavigation-v0` run (`is_navigation`) gets `navigation_kwargs` instead.
 
     Args:
         settings: ``train_sb3.Args`` fields (a dict, e.g. a config.json's ``"args"``): ``scenario``,
@@ -46,6 +93,8 @@ def env_kwargs_for(settings: Mapping) -> dict:
         VLM-RL's steering smoothing (0.75, VLM-RL config), which adds the applied steer to the
         state vector.
     """
+    if is_navigation(settings):
+        return navigation_kwargs(settings)
     kwargs = dict(scenario=list(settings["scenario"]), action_mode=settings["action_mode"],
                   ticks_per_action=settings["ticks_per_action"],
                   observation_mode="state" if settings["policy"] == "MlpPolicy" else "dict",
@@ -66,8 +115,12 @@ def acting_env_kwargs(train_kwargs: Mapping) -> dict:
 
     Everything that shapes observations and actions is kept (action and observation mode, ticks
     per action, image size and view, steering smoothing, ...); `TRAINING_ONLY` settings are
-    dropped and the reward is the upstream rubric.
+    dropped and the reward is the upstream rubric. A `CarlaNavigation-v0` run (``scenario_config`` among its
+    keyword arguments) keeps its scenario and reward (the evaluation reads ``info["outcome"]``) and drops
+    only ``reward_frame_size``.
     """
+    if "scenario_config" in train_kwargs:
+        return {key: value for key, value in train_kwargs.items() if key != "reward_frame_size"}
     kwargs = {key: value for key, value in train_kwargs.items() if key not in TRAINING_ONLY}
     kwargs["reward_mode"] = "rubric"
     return kwargs

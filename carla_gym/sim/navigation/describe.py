@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from carla_gym.sim import constants as C
+from carla_gym.sim.describe import describe
 from carla_gym.sim.navigation.scenarios import MAZE, NavSpec
 
 DIRECTIONS = ("forward", "right", "behind", "left")
@@ -164,3 +165,45 @@ def scene_description(spec: NavSpec) -> str:
     return (f"You drive a car {where}.\n\n"
             f"Goal: get within {float(spec.success_radius)}m of the destination.\n\n"
             f"Tools:\n{_TOOLS[spec.family]}")
+
+
+def observation_text(observation: dict[str, Any]) -> str:
+    """The per-decision text of a navigation observation, in upstream's TRL format extended with the goal.
+
+    Lines, in order: ``Speed: <v> km/h.``; ``Goal: <d> m away, <direction>, at (x, y, z).`` (the goal
+    location that ``set_destination`` takes, from ``scenario_data``); ``Lane: <current_lane>.``; then the
+    nearby actors and the collision line exactly as the trolley description (`carla_gym.sim.describe.describe`:
+    one ``- <kind> at <d>m`` line per actor within 50 m, nearest first, upstream section 5.3, or ``No nearby
+    actors detected.``; ``COLLISION detected with <type id>!`` once a collision happened). Speed and
+    distances have one decimal, coordinates one decimal (this project's choice: the goal is a lane point and
+    the success radius is 5 m or more, so 0.05 m of rounding does not matter).
+
+    Args:
+        observation: `carla_gym.sim.navigation.episode.NavEpisode.observation` (keys ``speed_kmh``,
+            ``goal_distance``, ``goal_direction``, ``current_lane``, ``nearby_actors``, ``collided_with``,
+            ``scenario_data["goal_location"]``).
+
+    Returns:
+        Multi-line text, no trailing newline.
+
+    Raises:
+        KeyError: A key above is missing.
+
+    Example:
+        >>> obs = {"speed_kmh": 36.04, "goal_distance": 120.26, "goal_direction": "left", "current_lane": "lane_1",
+        ...        "nearby_actors": [{"type": "vehicle.tesla.model3", "id": 1003, "distance": 12.34,
+        ...                           "position": "ahead"}],
+        ...        "collided_with": None, "scenario_data": {"goal_location": [33.5, -168.25, 0.0]}}
+        >>> print(observation_text(obs))
+        Speed: 36.0 km/h.
+        Goal: 120.3 m away, left, at (33.5, -168.2, 0.0).
+        Lane: lane_1.
+        - vehicle at 12.3m
+    """
+    actors = observation["nearby_actors"]
+    speed, _, rest = describe(observation["speed_kmh"], [a["distance"] for a in actors], [a["type"] for a in actors],
+                              observation["collided_with"]).partition("\n")
+    x, y, z = (float(c) for c in observation["scenario_data"]["goal_location"])
+    goal = (f"Goal: {observation['goal_distance']:.1f} m away, {observation['goal_direction']}, "
+            f"at ({x:.1f}, {y:.1f}, {z:.1f}).")
+    return "\n".join([speed, goal, f"Lane: {observation['current_lane']}.", rest])

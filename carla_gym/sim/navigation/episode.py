@@ -44,6 +44,7 @@ the loop is written here with the same convention: apply, then tick n, stop at d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, NamedTuple
@@ -208,14 +209,14 @@ class StepResult:
         raw_reward: Sum of the step's upstream raw rewards (see the module docstring).
         rubric_reward: Sum of the rubric rewards (`rules.rubric_reward`, the raw reward).
         done: Whether the episode has ended.
-        observation: `NavEpisode.observation` after the step.
+        observation: `NavEpisode.observation` after the step (None when the step was asked not to build it).
     """
 
     ticks: int
     raw_reward: float
     rubric_reward: float
     done: bool
-    observation: dict[str, Any]
+    observation: dict[str, Any] | None
 
 
 class NavEpisode:
@@ -239,32 +240,37 @@ class NavEpisode:
         done: Whether the episode has ended; ``reason`` says why (`rules.END_REASONS`).
         contacts: One `Contact` per actor the ego touched, in first-contact order (a collision ends the
             episode, so in practice the actors of one tick); ``collided_with`` is the first one's type id.
+        last_control: (throttle, brake, steer) applied in the last tick (zeros before the first).
 
     Raises:
         ValueError: As `resolve_nav_scenario`, `NavWorld`, or a fixed goal off the network.
     """
 
-    def __init__(self, name: str, scenario_config: dict[str, Any] | None = None, seed: int | None = None):
+    def __init__(self, name: str, scenario_config: dict[str, Any] | None = None, seed: int | None = None, *,
+                 spec: NavSpec | None = None):
         self._rng = np.random.default_rng(seed)
-        self.reset(name, scenario_config)
+        self.reset(name, scenario_config, spec=spec)
 
     # --- reset ----------------------------------------------------------------------------------------------
 
     def reset(self, name: str | None = None, scenario_config: dict[str, Any] | None = None,
-              seed: int | None = None) -> dict[str, Any]:
+              seed: int | None = None, *, spec: NavSpec | None = None) -> dict[str, Any]:
         """Start a new episode (same scenario when ``name`` is None) and return its first observation.
 
         Args:
             name: Scenario name, or None for the current one.
             scenario_config: Overrides, or None.
             seed: Reseed the episode's generator; None continues it (a new episode each reset).
+            spec: A resolved scenario to run instead of ``name`` and ``scenario_config`` (the Gymnasium
+                env's route scenarios build one with `NavSpec.start_spawn` and a fixed goal).
 
         Raises:
             ValueError: As the class, or N / M more than the town takes (``num_npc_vehicles`` at most its
                 spawn points - 1, ``num_pedestrians`` 0 in a town without sidewalks); the previous episode
                 and the generator's state are kept when the reset fails.
         """
-        spec = resolve_nav_scenario(name if name is not None else self.spec.name, scenario_config)
+        if spec is None:
+            spec = resolve_nav_scenario(name if name is not None else self.spec.name, scenario_config)
         rng = self._rng if seed is None else np.random.default_rng(seed)
         saved = rng.bit_generator.state
         try:
@@ -285,7 +291,8 @@ class NavEpisode:
         self._prev_distance = self.initial_distance
         self.total_reward, self.distance_travelled = 0.0, 0.0
         self.contacts: list[Contact] = []
-        self._tick_collided = False
+        self._tick_collided = self._halt = False
+        self.last_control = (0.0, 0.0, 0.0)
         self._outcome: dict[str, Any] | None = None
         return self.observation()
 
@@ -294,7 +301,7 @@ class NavEpisode:
         """The episode's `NavWorld`, its errors naming the scenario fields (N, M) and the town's range."""
         try:
             world = NavWorld(spec.map_name, spec.num_npc_vehicles, spec.num_pedestrians,
-                             seed=int(rng.integers(2**63 - 1)))
+                             seed=int(rng.integers(2**63 - 1)), ego_spawn=spec.start_spawn)
         except ValueError as err:
             raise ValueError(f"scenario {spec.name!r}: num_npc_vehicles (N)={spec.num_npc_vehicles}, num_pedestrians "
                              f"(M)={spec.num_pedestrians} do not fit {spec.map_name} ({err})") from None
@@ -399,13 +406,19 @@ class NavEpisode:
 
     # --- actions --------------------------------------------------------------------------------------------
 
-    def step(self, call: NavigationCall, ticks: int = 1) -> StepResult:
+    def step(self, call: NavigationCall, ticks: int = 1, on_tick: Callable[[bool], bool] | None = None,
+             observe: bool = True) -> StepResult:
         """Apply one upstream action, then run its ticks (see the module docstring).
 
         Args:
             call: The action (`NavigationCall`, all 10 types).
             ticks: Ticks after a plain action, an integer >= 0 (the batching extension; each tick counts
                 as one upstream step). Ignored by ``follow_route`` and ``capture_image``.
+            on_tick: Called after every tick with whether the ego touched a vehicle or walker in it; a true
+                return ends the step after that tick (the upstream step it belongs to is still scored). The
+                Gymnasium env tracks VLM-RL's per-tick rules with it.
+            observe: Whether to build the result's observation (False: ``observation`` is None; a caller that
+                chains several steps builds it once at the end with `observation`).
 
         Raises:
             EpisodeFinishedError: The episode is done (B9).
@@ -422,15 +435,17 @@ class NavEpisode:
             return StepResult(0, 0.0, 0.0, False, self.observation())
         self._apply(call)  # raises before any change
         raw = done_ticks = 0
+        self._halt = False
         if kind == "follow_route":
-            done_ticks, raw = self._follow(call.route_steps or 1)
+            done_ticks, raw = self._follow(call.route_steps or 1, on_tick)
         else:
             for _ in range(int(ticks)):
-                raw += self._unit(1, autopilot=False)
+                raw += self._unit(1, autopilot=False, on_tick=on_tick)
                 done_ticks += 1
-                if self.done:
+                if self.done or self._halt:
                     break
-        return StepResult(done_ticks, float(raw), rules.rubric_reward(float(raw)), self.done, self.observation())
+        return StepResult(done_ticks, float(raw), rules.rubric_reward(float(raw)), self.done,
+                          self.observation() if observe else None)
 
     def _apply(self, call: NavigationCall) -> None:
         """Change the persistent controls; validate everything first (raise before any change)."""
@@ -486,15 +501,17 @@ class NavEpisode:
         s = float(np.clip(loc.s, 0.0, town.lanes[new].length))
         return Routes(np.array([new]), np.array([s]), np.array([_straightest(town, new)]))
 
-    def _follow(self, route_steps: int) -> tuple[int, float]:
+    def _follow(self, route_steps: int, on_tick: Callable[[bool], bool] | None = None) -> tuple[int, float]:
         """``follow_route``: the agent drives until arrival or ``route_steps`` ticks; one upstream step."""
         if self.behavior is None or self.destination is None or self.world.route_done():
             return 0, self._unit(0, autopilot=True)
         n, self._tick_collided = 0, False
         while n < route_steps:
-            self._tick(autopilot=True)
+            hit = self._tick(autopilot=True)
             n += 1
-            if self.world.route_done() or self._end() is not None:
+            if on_tick is not None and on_tick(hit):
+                self._halt = True
+            if self._halt or self.world.route_done() or self._end() is not None:
                 break
         return n, self._score(n)
 
@@ -504,7 +521,8 @@ class NavEpisode:
         v = self.world.vehicles
         return Vehicles(**{f.name: getattr(v, f.name)[:1] for f in fields(v)})
 
-    def _tick(self, autopilot: bool) -> None:
+    def _tick(self, autopilot: bool) -> bool:
+        """One world tick under the persistent controls (or the agent's); whether the ego touched an actor."""
         world, ctl = self.world, self.controls
         x0, y0 = float(world.vehicles.x[0]), float(world.vehicles.y[0])
         if autopilot:
@@ -516,13 +534,16 @@ class NavEpisode:
             steer = ctl.steer
             if self._track is not None:
                 steer = float(pursuit_steer(_lanes(world.town), self._track, self._ego(), world.dt)[0])
-        info = world.tick(float(throttle), float(brake), float(np.clip(steer, -1.0, 1.0)))
+        self.last_control = (float(throttle), float(brake), float(np.clip(steer, -1.0, 1.0)))
+        info = world.tick(*self.last_control)
         self.ticks += 1
         self.distance_travelled += math.hypot(float(world.vehicles.x[0]) - x0, float(world.vehicles.y[0]) - y0)
         self._add_contacts(info)
-        self._tick_collided = bool(len(info.ego_vehicle) or len(info.ego_walker)) or self._tick_collided
+        hit = bool(len(info.ego_vehicle) or len(info.ego_walker))
+        self._tick_collided = hit or self._tick_collided
         if self._track is not None:
             self._advance_track()
+        return hit
 
     def _add_contacts(self, info) -> None:
         """One `Contact` per actor the ego touched in this tick for the first time (upstream: per new entry)."""
@@ -556,11 +577,13 @@ class NavEpisode:
         """Arrival or collision during a ``follow_route`` (its step is counted when it ends, as upstream)."""
         return rules.end_reason(self.spec, self.steps, self.goal_distance(), self._tick_collided)
 
-    def _unit(self, n: int, autopilot: bool) -> float:
+    def _unit(self, n: int, autopilot: bool, on_tick: Callable[[bool], bool] | None = None) -> float:
         """Run ``n`` ticks (0 or 1) as one upstream step and score it."""
         self._tick_collided = False
         for _ in range(n):
-            self._tick(autopilot)
+            hit = self._tick(autopilot)
+            if on_tick is not None and on_tick(hit):
+                self._halt = True
         return self._score(n)
 
     def _score(self, n: int) -> float:

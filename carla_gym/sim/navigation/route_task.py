@@ -522,7 +522,7 @@ class RouteTracker:
         """Sample standard deviation (ddof 1, pandas' ``std``) from a Welford sum; 0 below two ticks."""
         return math.sqrt(max(m2, 0.0) / (self.steps - 1)) if self.steps > 1 else 0.0
 
-    def outcome(self) -> dict[str, float | int | bool | str]:
+    def outcome(self, success_radius: float = SUCCESS_RADIUS) -> dict[str, float | int | bool | str]:
         """VLM-RL's per-episode evaluation summary (``eval_plots.summary_eval``; spec 4.2) of the ticks so far.
 
         Meant for the end of an episode (the env gives it as ``info["outcome"]`` on the terminal step), but
@@ -530,6 +530,10 @@ class RouteTracker:
         standard deviations are the sample ones (ddof 1) as pandas computes them, 0 for a one-tick episode
         (pandas: NaN). Collision fields are 0 when the episode did not end in a collision (VLM-RL leaves
         them 0 or missing).
+
+        Args:
+            success_radius: ``success`` radius [m] around the last waypoint (VLM-RL: `SUCCESS_RADIUS`; the
+                Gymnasium env passes the scenario's own radius for maze and free roam).
 
         Returns:
             A dict with the keys `OUTCOME_KEYS`:
@@ -539,7 +543,7 @@ class RouteTracker:
             ``reward_mean``, ``reward_std``; ``collision_speed`` [km/h] at the collision tick;
             ``CPS`` = 1 / ticks and ``CPM`` = 1000 / ``total_distance`` (0 when it is 0), collisions per
             tick and per km, both 0 without a collision; ``success``, the final position closer than
-            `SUCCESS_RADIUS` to the last waypoint (whatever ended the episode); ``termination``, the end
+            ``success_radius`` to the last waypoint (whatever ended the episode); ``termination``, the end
             reason ("" while running); ``episode_length`` [ticks].
 
         Example:
@@ -566,7 +570,7 @@ class RouteTracker:
             "collision_speed": self.collision_speed if collided else 0.0,
             "CPS": 1.0 / steps if collided and steps else 0.0,
             "CPM": CPM_PER_M / self.total_distance if collided and self.total_distance > 0.0 else 0.0,
-            "success": final < SUCCESS_RADIUS,
+            "success": final < success_radius,
             "termination": self.end or "",
             "episode_length": steps,
         }

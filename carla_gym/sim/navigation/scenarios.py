@@ -123,6 +123,8 @@ class NavSpec:
         initial_speed_kmh: Ego speed at reset [km/h].
         camera: Camera settings.
         ignored: ``scenario_config`` keys accepted but without effect, sorted.
+        start_spawn: Index of the ego's spawn point, or None to draw it (upstream). Not a ``scenario_config``
+            key: the route scenarios of `carla_gym.envs.navigation` set it (VLM-RL starts at a named spawn).
     """
 
     name: str
@@ -141,6 +143,7 @@ class NavSpec:
     initial_speed_kmh: float = 0.0
     camera: CameraConfig = CameraConfig()
     ignored: tuple[str, ...] = ()
+    start_spawn: int | None = None
 
 
 def is_nav_name(name: Any) -> bool:

@@ -169,8 +169,8 @@ def _fill_convex(grid: np.ndarray, pts: np.ndarray, x0: float, y0: float, value:
     hull = _hull(pts)
     if len(hull) < 3:
         return
-    lo = np.floor((hull.min(0) - (x0, y0)) / RASTER_RESOLUTION).astype(int)
-    hi = np.ceil((hull.max(0) - (x0, y0)) / RASTER_RESOLUTION).astype(int)
+    lo = np.maximum(np.floor((hull.min(0) - (x0, y0)) / RASTER_RESOLUTION).astype(int), 0)  # clipped into the grid:
+    hi = np.minimum(np.ceil((hull.max(0) - (x0, y0)) / RASTER_RESOLUTION).astype(int), grid.shape)  # no wrap-around
     ii, jj = np.mgrid[lo[0]:hi[0], lo[1]:hi[1]]
     cx, cy = x0 + (ii + 0.5) * RASTER_RESOLUTION, y0 + (jj + 0.5) * RASTER_RESOLUTION
     inside = np.ones(ii.shape, dtype=bool)
@@ -363,6 +363,18 @@ def _ortho_chw(town: Town, boxes: np.ndarray, walkers: np.ndarray, lights: np.nd
     return img
 
 
+def _clamp(coordinate: float, lo: int, hi: int) -> int:
+    """The index of the pixel (or cell) holding ``coordinate`` [px], clamped into ``[lo, hi)`` (``lo < hi``).
+
+    Floors (``int`` would round negative coordinates towards zero) and clamps on both sides, so that a shape
+    whose centre lies outside the visible window still indexes a pixel inside it.
+
+    >>> _clamp(-5.5, 0, 1), _clamp(3.7, 0, 10), _clamp(12.0, 2, 10)
+    (0, 3, 9)
+    """
+    return min(max(math.floor(coordinate), lo), hi - 1)
+
+
 def _fill_polygon(img: np.ndarray, uv: np.ndarray, colour: np.ndarray) -> None:
     """Fill the convex hull of image points (K, 2) (column, row) [px] into a (3, H, W) image (at least one pixel)."""
     h, w = img.shape[1:]
@@ -378,8 +390,9 @@ def _fill_polygon(img: np.ndarray, uv: np.ndarray, colour: np.ndarray) -> None:
     inside = np.ones(cc.shape, dtype=bool)
     for a, b in zip(hull, np.roll(hull, -1, axis=0), strict=True):
         inside &= (b[0] - a[0]) * (rr - a[1]) - (b[1] - a[1]) * (cc - a[0]) >= 0
-    if not inside.any():  # thinner than a pixel: the pixel under the centre
-        inside[min(int(uv[:, 1].mean()) - r0, r1 - r0 - 1), min(int(uv[:, 0].mean()) - c0, c1 - c0 - 1)] = True
+    if not inside.any():  # thinner than a pixel: the pixel under the centre, clamped into the visible window
+        row, col = _clamp(uv[:, 1].mean(), r0, r1), _clamp(uv[:, 0].mean(), c0, c1)
+        inside[row - r0, col - c0] = True
     img[:, r0:r1, c0:c1][:, inside] = colour[:, None]
 
 
@@ -457,7 +470,7 @@ def _as_boxes(vehicles) -> np.ndarray:
 
 def render_town(town: Town, vehicles, walkers_xy, light_states=None, ego_index: int = 0, view: str = "birdeye",
                 width: int = 84, height: int = 84, route=None, goal=None, channels_first: bool = False,
-                fov: float = 90.0, span: float = BIRDEYE_SPAN) -> np.ndarray:
+                fov: float = 90.0, span: float = BIRDEYE_SPAN, ahead: float = 0.0) -> np.ndarray:
     """Render a town with its vehicles, walkers and lights from the ego's point of view.
 
     Args:
@@ -477,6 +490,7 @@ def render_town(town: Town, vehicles, walkers_xy, light_states=None, ego_index: 
         channels_first: Return (3, H, W) instead of (H, W, 3).
         fov: Front camera horizontal field of view [deg], in (0, 180).
         span: Bird's-eye ground width [m] (``span / width`` metres per pixel), > 0.
+        ahead: Bird's-eye view only: its centre lies this far ahead of the ego [m] (0: centred on the ego).
 
     Returns:
         uint8 RGB array (height, width, 3), or (3, height, width) with ``channels_first``.
@@ -504,6 +518,8 @@ def render_town(town: Town, vehicles, walkers_xy, light_states=None, ego_index: 
         raise ValueError(f"fov={fov}: must be in (0, 180) [deg]")
     if not span > 0:
         raise ValueError(f"span={span}: must be > 0 [m]")
+    if not math.isfinite(ahead):
+        raise ValueError(f"ahead={ahead}: must be a finite distance [m]")
     if route is not None:
         route = np.asarray(getattr(route, "waypoints", route), dtype=np.float64)
     if goal is not None:
@@ -511,8 +527,8 @@ def render_town(town: Town, vehicles, walkers_xy, light_states=None, ego_index: 
     if view == "front":
         img = _front_chw(town, boxes, walkers, light_states, ego_index, int(width), int(height), fov)
     elif view == "birdeye":
-        img = _ortho_chw(town, boxes, walkers, light_states, ego_index, int(width), int(height), span, 0.0, 0.0,
-                         route, goal)
+        img = _ortho_chw(town, boxes, walkers, light_states, ego_index, int(width), int(height), span,
+                         float(ahead), 0.0, route, goal)
     else:
         top_span = 2.0 * trolley.TOPDOWN_HEIGHT * math.tan(math.radians(trolley.TOPDOWN_FOV) / 2.0)
         img = _ortho_chw(town, boxes, walkers, light_states, ego_index, int(width), int(height), top_span,

@@ -1,0 +1,152 @@
+"""Summary of navigation records: one row per agent and case group, outcomes first; Markdown, CSV and JSON.
+
+A row pools the records of one agent in one group (`agents.nav.case_group`: a suite of evaluation routes at
+one traffic level, or one maze / free-roam case) over seeds and episodes. The VLM-RL metrics are computed by
+the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summarise` (vlm_rl.md section 4.2):
+
+| Column | Meaning |
+|---|---|
+| ``success_rate`` | share of episodes ending within the scenario's success radius of the goal |
+| ``route_completion`` | mean ``routes_completed`` (share of the route's waypoints passed, <= 1) |
+| ``collision_rate`` | share of episodes ending in a collision |
+| ``CPM`` | collisions per km: VLM-RL's per-episode ``1000 / total_distance`` (0 without a collision), averaged |
+| ``speed_mean`` | mean over episodes of the per-episode average speed [km/h], standstill included |
+| ``time`` | mean episode length [s] of simulated time |
+| ``total_distance`` | mean distance driven per episode [m] |
+| ``mean_reward`` | mean summed rubric reward (upstream's navigation rubric) |
+| ``decisions``, ``tool_calls`` | per episode (tool calls: chat agents only) |
+| ``tool_failures``, ``parse_failures`` | totals (chat agents) |
+| ``wall_ms`` | wall time per episode [ms] (the only column that differs between runs) |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
+from carla_gym.sb3.nav_eval import summarise
+
+NAV_COLUMNS = ("agent", "scenario", "episodes", "success_rate", "route_completion", "collision_rate", "CPM",
+               "speed_mean", "time", "total_distance", "mean_reward", "decisions", "tool_calls", "tool_failures",
+               "parse_failures", "wall_ms")
+"""Columns of a navigation summary row (``scenario``: the case group)."""
+
+
+def nav_row(agent: str, group: str, records: Sequence[dict]) -> dict[str, Any]:
+    """The summary row of one agent's records in one group (module docstring).
+
+    Raises:
+        ValueError: No records.
+
+    Example:
+        >>> r = dict(routes_completed=1.0, termination="goal_reached", success=True, total_reward=9.0,
+        ...          speed_mean=20.0, total_distance=300.0, collision_speed=0.0, CPM=0.0, CPS=0.0, time=54.0,
+        ...          reward=10.5, decisions=108, tool_calls=[], tool_failures=0, parse_failures=0, wall_time_s=1.0)
+        >>> crash = {**r, "routes_completed": 0.5, "termination": "collision", "success": False,
+        ...          "total_distance": 100.0, "CPM": 10.0, "speed_mean": 10.0, "time": 36.0, "reward": -4.5}
+        >>> row = nav_row("a", "g", [r, crash])
+        >>> row["success_rate"], row["route_completion"], row["collision_rate"], row["CPM"], row["speed_mean"]
+        (0.5, 0.75, 0.5, 5.0, 15.0)
+        >>> row["time"], row["total_distance"], row["mean_reward"]
+        (45.0, 200.0, 3.0)
+    """
+    n = len(records)
+    vlm = summarise(list(records))
+    return {
+        "agent": agent, "scenario": group, "episodes": n, "success_rate": vlm["success_rate"],
+        "route_completion": vlm["route_completion"], "collision_rate": vlm["collision_rate"], "CPM": vlm["CPM"],
+        "speed_mean": vlm["speed_mean"], "time": math.fsum(r["time"] for r in records) / n,
+        "total_distance": vlm["total_distance"] / n, "mean_reward": math.fsum(r["reward"] for r in records) / n,
+        "decisions": sum(r["decisions"] for r in records) / n,
+        "tool_calls": sum(len(r["tool_calls"]) for r in records) / n,
+        "tool_failures": sum(r["tool_failures"] for r in records),
+        "parse_failures": sum(r["parse_failures"] for r in records),
+        "wall_ms": 1e3 * math.fsum(r["wall_time_s"] for r in records) / n,
+    }
+
+
+def nav_rows(records: Sequence[dict], agents: Sequence[str], groups: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per agent and group, in the given orders (pairs without records are left out)."""
+    rows = []
+    for agent in agents:
+        for group in groups:
+            mine = sorted((r for r in records if r["agent"] == agent and r["group"] == group),
+                          key=lambda r: (r["scenario"], r["seed"], r["episode"]))  # order-free sums
+            if mine:
+                rows.append(nav_row(agent, group, mine))
+    return rows
+
+
+def nav_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of `nav_rows`, outcomes first."""
+    lines = ["| agent | scenario | n | success | route completion | collisions | collisions/km | avg speed [km/h] | "
+             "time [s] | distance [m] | reward | decisions | tool calls/ep | tool failures | parse failures | "
+             "ms/ep |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {r['success_rate']:.0%} | "
+            f"{r['route_completion']:.0%} | {r['collision_rate']:.0%} | {r['CPM']:.2f} | {r['speed_mean']:.1f} | "
+            f"{r['time']:.1f} | {r['total_distance']:.0f} | {r['mean_reward']:.2f} | {r['decisions']:.1f} | "
+            f"{r['tool_calls']:.1f} | {r['tool_failures']} | {r['parse_failures']} | {r['wall_ms']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_nav_summary(records: Sequence[dict], agents: Sequence[str], groups: Sequence[str], out_dir: str | Path,
+                      stem: str = "summary") -> list[dict[str, Any]]:
+    """Write ``<stem>.csv`` (`NAV_COLUMNS`), ``<stem>.md`` (`nav_markdown`) and ``<stem>.json`` (``{"rows": ...}``).
+
+    Returns:
+        The rows (`nav_rows`).
+    """
+    rows = nav_rows(records, agents, groups)
+    out = Path(out_dir)
+    write_csv_atomic(out / f"{stem}.csv", NAV_COLUMNS, [[r[c] for c in NAV_COLUMNS] for r in rows])
+    write_text_atomic(out / f"{stem}.md", nav_markdown(rows))
+    write_json_atomic(out / f"{stem}.json", {"rows": rows})
+    return rows
+
+
+def nav_figure(rows: Sequence[dict[str, Any]]):
+    """Four heatmaps, agent (rows) x case group (columns), each cell labelled with its value.
+
+    Panels: success [%], route completion [%], collisions per km and average speed [km/h].
+
+    Args:
+        rows: `nav_rows` output.
+    """
+    import numpy as np
+
+    from agents.plots import _pyplot
+
+    plt = _pyplot()
+    agents = list(dict.fromkeys(r["agent"] for r in rows))
+    groups = list(dict.fromkeys(r["scenario"] for r in rows))
+    table = {(r["agent"], r["scenario"]): r for r in rows}
+    panels = (("success_rate", "success [%]", 100.0, "RdYlGn", "{:.0f}"),
+              ("route_completion", "route completion [%]", 100.0, "RdYlGn", "{:.0f}"),
+              ("CPM", "collisions per km", 1.0, "Reds", "{:.1f}"),
+              ("speed_mean", "average speed [km/h]", 1.0, "Blues", "{:.1f}"))
+    fig, axes = plt.subplots(1, 4, figsize=(4 * max(3.0, 0.7 * len(groups) + 1.5), 0.45 * len(agents) + 2.8),
+                             layout="constrained")
+    for ax, (key, title, scale, cmap, fmt) in zip(axes, panels, strict=True):
+        grid = np.array([[scale * table[(a, g)][key] if (a, g) in table else np.nan for g in groups]
+                         for a in agents])
+        top = 100.0 if scale == 100.0 else max(1.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0)
+        ax.imshow(grid, vmin=0.0, vmax=top, cmap=cmap, aspect="auto")
+        for (i, j), value in np.ndenumerate(grid):
+            if not np.isnan(value):
+                ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=7)
+        ax.set_xticks(np.arange(len(groups)), groups, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(np.arange(len(agents)), agents if ax is axes[0] else [], fontsize=8)
+        ax.set_title(title, fontsize=9)
+    return fig
+
+
+def plot_nav(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> Path:
+    """Write ``navigation.png`` (`nav_figure`); returns its path."""
+    from agents.plots import _save
+
+    return _save(nav_figure(rows), Path(out_dir) / "navigation.png")
