@@ -25,17 +25,18 @@ reward is the episode's rubric reward after the episode is played out
 plays scenario i mod len(scenarios) with seed ``--seed + i``, so all ``--num-generations``
 rollouts of a GRPO group start from the same state.
 
-Navigation scenarios (``maze_navigation``, ``free_roam[_<Map>[_v<N>][_p<M>]]``; not mixed with trolley
-ones in one run) train multi-turn episodes on `carla_gym.llm.nav_tools.NavToolEnv` instead: upstream's
-seven navigation tools (observe, control_vehicle, emergency_stop, lane_change, init_navigation_agent,
-set_destination, follow_route) on `CarlaNavigation-v0` episodes (row seed = the env's reset seed, so a
-Gymnasium agent reset with that seed plays the same episode), the reward the summed env rubric reward after
-the episode is played out to the env's end (arrival, a collision or its 300 s time limit;
-`carla_gym.llm.nav_tools.nav_rubric_reward`), on the embedded simulator only; with --vision the tool
-results carry the front camera or, with --nav-view birdeye, the bird's-eye view with the route and the
-goal. Their evaluation plays the trained model on --eval-episodes episodes of each scenario
-(`carla_gym.llm.rollout.play_episode`, env seeds 10000, 10001, ...) and writes eval.json (records and
-per-scenario means); there is no oracle for navigation.
+Navigation scenarios (``maze_navigation``, ``free_roam[_<Map>[_v<N>][_p<M>]]``; not mixed with trolley ones in one
+run; route_<Town> scenarios are refused: they are for train_sb3.py and agents.compare) train multi-turn episodes on
+`carla_gym.llm.nav_tools.NavToolEnv` instead: upstream's seven navigation tools (observe, control_vehicle,
+emergency_stop, lane_change, init_navigation_agent, set_destination, follow_route) on `CarlaNavigation-v0` episodes
+(row seed = the env's reset seed, so a Gymnasium agent reset with that seed plays the same episode), the reward the
+summed env rubric reward after the episode is played out to the env's end (arrival, a collision or its 300 s time
+limit; `carla_gym.llm.nav_tools.nav_rubric_reward`), on the embedded simulator only; with --vision the tool results
+carry the front camera or, with --nav-view birdeye, the bird's-eye view with the route and the goal. Their
+evaluation plays the trained model on --eval-episodes episodes of each scenario
+(`carla_gym.llm.rollout.play_episode`, env seeds 10000, 10001, ..., the training's env rules) and writes eval.json
+(records and per-scenario rows of the harness's summary, `agents.nav_summary.nav_row`); there is no oracle for
+navigation.
 
 Before training it prints one line (`header`): model, LoRA or full fine-tune, text or image tools,
 scenarios, prompts x generations, steps, where rollouts run, device and run directory. One output
@@ -224,6 +225,7 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
     args = dataclasses.replace(args)
     args.model = args.model or (DEFAULT_VISION_MODEL if args.vision else DEFAULT_TEXT_MODEL)
     args.lora_exclude = args.lora_exclude or VISION_MODULES
+    refuse_routes(args.scenario)
     if any(is_nav_name(name) for name in args.scenario):
         check_nav(args)
     else:
@@ -291,6 +293,22 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
                      "--output-dir")
     exit_without_extras(*(("server",) if args.env_urls else ()))
     return args
+
+
+def refuse_routes(scenarios: Sequence[str]) -> None:
+    """Exit naming a ``route_<Town>`` scenario among ``scenarios``: GRPO trains on maze and free roam only.
+
+    Raises:
+        SystemExit: A route scenario, with the valid navigation choices and where route scenarios are used.
+    """
+    from carla_gym.envs.nav_scenarios import ROUTE_SCENARIOS, is_route_name
+    from carla_gym.sim.navigation.scenarios import NAME_PATTERNS
+
+    routes = [name for name in scenarios if is_route_name(name)]
+    if routes:
+        sys.exit(f"--scenario {routes[0]}: route scenarios ({', '.join(ROUTE_SCENARIOS)}) are not trained with GRPO; "
+                 f"train_grpo.py's navigation scenarios are {'; '.join(NAME_PATTERNS)}. Route scenarios are for "
+                 "train_sb3.py --env CarlaNavigation-v0 and python -m agents.compare (suites nav_eval_routes_0/20/40)")
 
 
 NAV_MAX_TICKS = 100
@@ -487,14 +505,19 @@ def evaluate(args: Args, config, trainer) -> int:
 def evaluate_nav(args: Args, config, trainer) -> int:
     """The trained model on every navigation scenario (`carla_gym.llm.rollout.play_episode`, greedy); eval.json.
 
-    Episode i of a scenario plays env seed ``agents.records.episode_seed(EVAL_SEED, i)`` (10000 + i), played out.
-    eval.json holds ``records`` (play_episode's records without the conversation) and ``summary``: per
-    scenario the episodes and the means of reward, success, routes_completed (of the env's outcome),
-    tool_calls and collision (share of episodes the env ended with a collision).
+    Episode i of a scenario plays env seed ``agents.records.episode_seed(EVAL_SEED, i)`` (10000 + i), played out,
+    under the run's own env rules (the training's: upstream's ends and --nav-time-limit-s; ``python -m
+    agents.compare --agents llm:<run>/model`` plays it by the harness's rules instead). eval.json holds
+    ``records`` (play_episode's records without the conversation, plus ``agent``, ``episode`` and
+    ``decisions``, the tool calls that ran an env step) and ``summary``: per scenario the harness's summary row
+    (`agents.nav_summary.nav_row`: success_rate, route_completion, collision_rate, CPM, speed_mean, time,
+    total_distance, mean_reward, decisions, tool_calls, ...), the one definition that ``agents.compare``
+    and ``train_sb3.py`` summarise by.
 
     Returns:
         0, or 130 after Ctrl-C (the episodes played so far are summarised).
     """
+    from agents.nav_summary import nav_markdown, nav_row
     from carla_gym.llm.nav_tools import NavToolEnv
     from carla_gym.llm.rollout import TransformersChat, play_episode
 
@@ -512,25 +535,17 @@ def evaluate_nav(args: Args, config, trainer) -> int:
                 for episode in range(args.eval_episodes):
                     record = play_episode(chat, env, scenario, episode_seed(EVAL_SEED, episode), turns)
                     record.pop("messages")
-                    records.append({"agent": AGENT, "episode": episode, **record,
-                                    "tool_calls": len(record["tool_calls"])})
+                    records.append({"agent": AGENT, "episode": episode, **record, "decisions": len(env.actions)})
         except KeyboardInterrupt:
             print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
             code = 130
-    summary = {}
-    for scenario in args.scenario:
-        rows = [r for r in records if r["scenario"] == scenario]
-        if rows:
-            means = {key: sum(float(r[key]) for r in rows) / len(rows)
-                     for key in ("reward", "success", "routes_completed", "tool_calls")}
-            means["collision"] = sum(r["termination"] == "collision" for r in rows) / len(rows)
-            summary[scenario] = {"episodes": len(rows), **means}
+    rows = [nav_row(AGENT, scenario, mine) for scenario in args.scenario
+            if (mine := [r for r in records if r["scenario"] == scenario])]
     write_json_atomic(out / "eval.json", {"script": "train_grpo.py", "model": args.model,
                                           "global_step": trainer.state.global_step, "records": records,
-                                          "summary": summary})
+                                          "summary": {row["scenario"]: row for row in rows}})
     print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; eval.json):")
-    for scenario, row in summary.items():
-        print(f"{scenario}: " + ", ".join(f"{k} {v:.3g}" for k, v in row.items()))
+    print(nav_markdown(rows), end="")
     return code
 
 

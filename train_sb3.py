@@ -26,11 +26,15 @@ SB3 trains in whole rollouts: a --total-timesteps that is not a multiple of one 
 and the script says so first.
 
 On CarlaNavigation-v0 (--env) the flags --traffic, --route, --observation-mode, --steer-smoothing,
---eval-routes and --eval-traffic apply (trolley-only flags are refused), and evaluation follows
-VLM-RL's eval.py (carla_gym.sb3.nav_eval): one episode per evaluation route (the first
---eval-routes of its 10), deterministic actions, periodically at the first --eval-traffic level
-and finally at each; evaluations.csv, eval.csv and learning_curve.png give route completion,
-collision rate, success rate and the mean return; eval.jsonl holds every episode's outcome.
+--eval-routes and --eval-traffic apply (trolley-only flags are refused), --scenario takes the route
+scenarios route_Town01 ... route_Town05 only (maze_navigation and free_roam* are for train_grpo.py and
+agents.compare), and evaluation follows VLM-RL's eval.py (carla_gym.sb3.nav_eval): one episode per
+evaluation route (the first --eval-routes of its 10), deterministic actions, VLM-RL's evaluation end
+rules (termination="vlm-rl-eval": no off-track or too-fast end; stopped, no progress after 10 s,
+success, collision, arrival, the 300 s time limit), the same rules by which agents.compare plays every
+agent, periodically at the first --eval-traffic level and finally at each; evaluations.csv, eval.csv and
+learning_curve.png give route completion, collision rate, success rate and the mean return (VLM-RL's
+reward; agents.compare reports upstream's rubric instead); eval.jsonl holds every episode's outcome.
 """
 
 from __future__ import annotations
@@ -93,7 +97,9 @@ class Args:
                                                                 "route following in traffic)")
     algo: Literal["ppo", "sac"] = arg("ppo", "ppo or sac (sac needs --action-mode control)")
     action_mode: Literal["auto", "tools", "control"] = arg(
-        "auto", "tools (Discrete(4)), control (Box: steer, throttle/brake) or auto (tools for ppo, control for sac)")
+        "auto", "tools (Discrete(4) on CarlaTrolley-v0, Discrete(8) on CarlaNavigation-v0), control (Box: steer, "
+                "throttle/brake) or auto (CarlaTrolley-v0: tools for ppo, control for sac; CarlaNavigation-v0: "
+                "control)")
     scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
                                "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per "
                                f"reset; CarlaNavigation-v0: route_<town>, default {NAV_SCENARIO}")
@@ -109,8 +115,9 @@ class Args:
                                                                         "MultiInputPolicy (image + state, NatureCNN; "
                                                                         "VLM-RL's CNN with --preset vlm-rl on "
                                                                         "CarlaNavigation-v0)")
-    ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision (CarlaNavigation-v0: default 1 "
-                                    "for control, VLM-RL's one tick per step, and 10 for tools)")
+    ticks_per_action: int = arg(10, "simulator ticks (0.05 s each) per decision; the default is CarlaTrolley-v0's: "
+                                    "CarlaNavigation-v0 uses 1 with control actions (VLM-RL's one tick per step) "
+                                    "and 10 with tools unless this flag is given")
     reward_mode: Literal["auto", "rubric", "physical", "vlm-rl"] = arg(
         "auto", "training reward: rubric (upstream), physical (trolley: -1 per pedestrian actually hit, -1 for "
                 "leaving the road) or vlm-rl (navigation: VLM-RL's base reward); auto: rubric on CarlaTrolley-v0, "
@@ -243,6 +250,13 @@ def check_env_flags(args: Args, argv: list[str]) -> None:
         if args.reward_mode == "physical":
             sys.exit("--reward-mode physical applies to CarlaTrolley-v0 only; CarlaNavigation-v0 takes vlm-rl "
                      "(VLM-RL's base reward) or auto")
+        from carla_gym.envs.nav_scenarios import ROUTE_SCENARIOS
+
+        other = [name for name in args.scenario if name not in ROUTE_SCENARIOS]
+        if other:
+            sys.exit(f"--scenario {other[0]}: train_sb3.py trains CarlaNavigation-v0 on route scenarios only; choose "
+                     f"from {', '.join(ROUTE_SCENARIOS)} (default {NAV_SCENARIO}); maze_navigation and free_roam* "
+                     "are for train_grpo.py and python -m agents.compare")
         return
     for flag in NAV_ONLY:
         if flag in given:
@@ -259,8 +273,9 @@ def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
     """
     check_env_flags(args, argv)
     if args.algo == "sac" and args.action_mode != "control":
-        sys.exit("--algo sac needs continuous actions: use --action-mode control (or auto); the tool actions are "
-                 "Discrete(4), which SAC cannot drive")
+        tools = "Discrete(8)" if args.env == "CarlaNavigation-v0" else "Discrete(4)"
+        sys.exit(f"--algo sac needs continuous actions: use --action-mode control (or auto); the tool actions are "
+                 f"{tools}, which SAC cannot drive")
     if args.clip != "none" and args.backend == "openenv":
         sys.exit("--clip needs the top-down reward camera, which only the embedded backend renders; use "
                  "--backend embedded or --clip none")
@@ -421,7 +436,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(note, flush=True)
 
     # --- train: periodic evaluations (the policy alone, a fifth of the final episodes) and checkpoints ---
-    eval_kwargs = runs.acting_env_kwargs(env_kwargs(args))  # what agents.compare sb3:<dir> builds too
+    # the env the model acts in (its observation, action and reward settings, as agents.compare sb3:<dir> reads
+    # them from config.json); on navigation nav_eval.play_routes adds VLM-RL's evaluation end rules, which
+    # agents.compare plays every agent by (agents.nav.make_case_env), so both give a route the same outcome
+    eval_kwargs = runs.acting_env_kwargs(env_kwargs(args))
     clock = WallClock(extra.get("wall_s", 0.0))
     saver = CheckpointEvery(out / "checkpoints", args.checkpoint_freq, keep=args.keep_checkpoints,
                             extra=lambda: {"wall_s": clock(), **({"shaper": venv.shaper.get_state()}

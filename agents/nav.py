@@ -17,19 +17,23 @@ Suites (`NAV_SUITES`, ``--scenario`` of ``python -m agents.compare``):
 | ``nav_eval_routes_0`` / ``_20`` / ``_40`` | route_Town02's 10 evaluation routes at 0 / 20 / 40 NPC vehicles |
 | ``nav`` | all of the above |
 
-Every agent plays every case with the same env seeds (`agents.records.episode_seed`) and the same env rules:
-``reward_mode="rubric"`` (upstream's navigation rubric; episodes end on a collision, at the goal or at the
-env's 300 s time limit, whatever reward an SB3 run trained on) and the env's default time limit. Each episode
-is scored from ``info["outcome"]`` of its terminal step (`nav_record`), so every agent is scored by the same
-code. Agents (`NAV_SCRIPTED`, ``random``, ``sb3:<run>``, ``llm:``/``vlm:``/``openai:``): the constant tool
-policies ``follow_route`` (the behaviour agent, ``normal``), ``follow_route_cautious``,
-``follow_route_aggressive`` and ``follow_route_basic`` (CARLA's basic agent), the scripted baselines;
-``random``, uniform tool actions; chat models (`NavChatAgent`) call upstream's seven navigation tools
-(`carla_gym.llm.nav_tools.NavToolEnv`, the adapter ``train_grpo.py`` trains with), each tool one
-`CarlaNavigationEnv.step_call` of the same env, episode and seed, the episode played out with the controls held
-when the model stops calling tools. A chat record's ``actions`` are its env steps (`carla_gym.llm.nav_tools.
-call_record`, play-out included, ``action_mode`` ``"calls"``: what a replay needs), ``decisions`` the tool calls
-that ran a step, and ``tool_calls`` every call the model made.
+Every agent plays every case with the same env seeds (`agents.records.episode_seed`) and the same end rules
+(`HARNESS_SETTINGS`), whatever an SB3 run trained with: VLM-RL's evaluation ends, ``termination="vlm-rl-eval"``
+(`carla_gym.sb3.nav_eval.EVAL_TERMINATION`, the rules ``train_sb3.py``'s evaluation plays by, so a trained policy
+gets the same outcome on a route and seed in both: a collision, arrival, ``"success"`` past the last waypoint,
+``"stopped"`` below 1 km/h for 90 s or ``"no_progress"`` with the first waypoint not passed after 10 s end an
+episode, no off-track or too-fast end), the env's default ``stop_time_s`` (90 s) and ``time_limit_s`` (300 s). The
+reward reported is upstream's navigation rubric (``reward_mode="rubric"``; a record's ``reward`` and the summary's
+``mean_reward``), not VLM-RL's, which the outcome's ``total_reward`` keeps. Each episode is scored from
+``info["outcome"]`` of its terminal step (`nav_record`), so every agent is scored by the same code. Agents
+(`NAV_SCRIPTED`, ``random``, ``sb3:<run>``, ``llm:``/``vlm:``/``openai:``): the constant tool policies
+``follow_route`` (the behaviour agent, ``normal``), ``follow_route_cautious``, ``follow_route_aggressive`` and
+``follow_route_basic`` (CARLA's basic agent), the scripted baselines; ``random``, uniform tool actions; chat models
+(`NavChatAgent`) call upstream's seven navigation tools (`carla_gym.llm.nav_tools.NavToolEnv`, the adapter
+``train_grpo.py`` trains with), each tool one `CarlaNavigationEnv.step_call` of the same env, episode and seed, the
+episode played out with the controls held when the model stops calling tools. A chat record's ``actions`` are its
+env steps (`carla_gym.llm.nav_tools.call_record`, play-out included, ``action_mode`` ``"calls"``: what a replay
+needs), ``decisions`` the tool calls that ran a step, and ``tool_calls`` every call the model made.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from agents.records import episode_seed
 from agents.specs import NAV_SCRIPTED_KINDS
 from carla_gym.envs.nav_scenarios import ROUTE_SCENARIOS, TRAFFIC_LEVELS
 from carla_gym.envs.navigation import NAV_TOOL_ACTIONS
+from carla_gym.sb3.nav_eval import EVAL_TERMINATION
 from carla_gym.sim.navigation import route_task as R
 from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_nav_scenario
 
@@ -228,14 +233,22 @@ def nav_record(agent: str, case: str, seed: int, episode: int, outcome: dict, re
         "wall_time_s": float(wall_time_s)})
 
 
+HARNESS_SETTINGS = ("scenario", "scenario_config", "reward_mode", "termination", "stop_time_s", "time_limit_s")
+"""`CarlaNavigation-v0` settings the harness decides for every agent (`make_case_env`): the case's scenario and
+config, the rubric reward, `carla_gym.sb3.nav_eval.EVAL_TERMINATION` and the env's default stop time and time
+limit. An agent's own values of them (an SB3 run's training settings) are dropped."""
+
+
 def make_case_env(case: str, env_kwargs: dict | None = None, **extra) -> tuple[gym.Env, dict | None]:
     """A `CarlaNavigation-v0` env for ``case`` with the agent's ``env_kwargs``, and the case's reset options.
 
-    The case decides ``scenario`` and ``scenario_config``; the reward is always upstream's rubric.
+    The harness decides `HARNESS_SETTINGS` (their values in ``env_kwargs`` and ``extra`` are dropped): the case
+    decides ``scenario`` and ``scenario_config``, the reward is upstream's rubric and the end rules are
+    ``termination="vlm-rl-eval"`` with the env's default ``stop_time_s`` and ``time_limit_s``.
     """
     scenario, config, options = parse_case(case)
-    kwargs = {**(env_kwargs or {}), **extra, "scenario": scenario, "scenario_config": config,
-              "reward_mode": "rubric"}
+    kwargs = {k: v for k, v in {**(env_kwargs or {}), **extra}.items() if k not in HARNESS_SETTINGS}
+    kwargs.update(scenario=scenario, scenario_config=config, reward_mode="rubric", termination=EVAL_TERMINATION)
     return gym.make(ENV_ID, **kwargs), options
 
 
@@ -246,13 +259,12 @@ class NavGymAgent:
         name: Label in the results.
         policy: ``act(observation, info) -> action``; ``reset(seed, case)`` is called first if present.
         env_kwargs: `gym.make` keyword arguments (action and observation mode, ticks per action, ...);
-            ``scenario``, ``scenario_config`` and ``reward_mode`` are set per case (`make_case_env`).
+            `HARNESS_SETTINGS` are the harness's (`make_case_env`).
     """
 
     def __init__(self, name: str, policy, env_kwargs: dict | None = None) -> None:
         self.name, self.policy = name, policy
-        self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items()
-                           if k not in ("scenario", "scenario_config", "reward_mode")}
+        self.env_kwargs = {k: v for k, v in (env_kwargs or {}).items() if k not in HARNESS_SETTINGS}
         self._envs: dict[str, tuple[gym.Env, dict | None]] = {}
 
     def play(self, case: str, seed: int, episode: int) -> dict[str, Any]:
@@ -306,7 +318,8 @@ class NavChatAgent:
     """A tool-calling chat model playing navigation cases through `carla_gym.llm.nav_tools.NavToolEnv`.
 
     The episode of a case and seed is the Gymnasium agents' (the adapter resets the same `CarlaNavigation-v0`
-    with the same seed, ``scenario_config`` and ``route_index``, rubric reward, default time limit), played by
+    with the same seed, ``scenario_config`` and ``route_index``, rubric reward, the harness's end rules:
+    ``termination=EVAL_TERMINATION``, default stop time and time limit), played by
     `carla_gym.llm.rollout.play_episode` (the same prompt, tools and play-out as ``train_grpo.py``) and scored
     from the env's terminal ``info["outcome"]`` by `nav_record`.
 
@@ -328,7 +341,8 @@ class NavChatAgent:
         # play_out=True always: every agent's episode runs to the env's end, as a Gymnasium episode does
         self._resources = contextlib.ExitStack()  # NavToolEnv closes as a context manager (no close tool)
         self._env = self._resources.enter_context(NavToolEnv(
-            vision=vision, ticks_per_action=ticks_per_action, image_size=image_size, view=view))
+            vision=vision, ticks_per_action=ticks_per_action, image_size=image_size, view=view,
+            termination=EVAL_TERMINATION))
 
     def play(self, case: str, seed: int, episode: int) -> dict[str, Any]:
         """Play one episode of ``case`` with env seed ``episode_seed(seed, episode)``; returns its record."""

@@ -6,7 +6,7 @@ the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summaris
 
 | Column | Meaning |
 |---|---|
-| ``success_rate`` | share of episodes ending within the scenario's success radius of the goal |
+| ``success_rate`` | share of episodes whose outcome has ``success`` (below) |
 | ``route_completion`` | mean ``routes_completed`` (share of the route's waypoints passed, <= 1) |
 | ``collision_rate`` | share of episodes ending in a collision |
 | ``CPM`` | collisions per km: VLM-RL's per-episode ``1000 / total_distance`` (0 without a collision), averaged |
@@ -17,6 +17,10 @@ the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summaris
 | ``decisions``, ``tool_calls`` | per episode (tool calls: chat agents only) |
 | ``tool_failures``, ``parse_failures`` | totals (chat agents) |
 | ``wall_ms`` | wall time per episode [ms] (the only column that differs between runs) |
+
+An outcome's ``success`` (`carla_gym.envs.navigation.CarlaNavigationEnv`, Info): on a route, the final position
+within 5 m of the route's last waypoint (VLM-RL's rule, whatever ended the episode); in the maze and free roam,
+within the arrival radius of the goal (upstream's 5 m and 10 m).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Environment cost of GRPO: time per tool episode, and its share of a GRPO training step.
 
 Usage:
-    python benchmarks/bench_grpo.py [--episodes 2000] [--steps 4] [--json out.json]
+    python benchmarks/bench_grpo.py [--episodes 2000] [--nav-episodes 10] [--steps 4] [--json out.json]
 
 Measures:
 * environment time per GRPO episode with `carla_gym.llm.CarlaToolEnv` (embedded simulator): reset
@@ -9,6 +9,10 @@ Measures:
   the trolley micro-benchmarks and action-bias scenarios. Two tool scripts: the decisive one
   (one tool, then scored: what a trained policy does) and a long one (observe twice, decide,
   then observe until the end: 3-5 tool calls); text tools and VLM tools (256x144 camera image);
+* environment time per navigation episode with `carla_gym.llm.NavToolEnv` (issue 15): upstream's autopilot
+  flow (``init_navigation_agent``, ``set_destination`` to the goal, ``follow_route(200)`` until the env ends the
+  episode) on maze_navigation, free_roam, free_roam_Town02_v20 and free_roam_Town10HD_Opt_v15_p10, seeds
+  0..``--nav-episodes`` - 1, text tools and, on the last, front-camera VLM tools (256x144);
 * one GRPO training step with the tiny random Qwen3 (``tiny-random``) on CPU, G = 8 rollouts, real
   sampling with up to 256 new tokens: the share of the step spent inside the environments
   (timed around reset, tools and the reward function). A real 0.6B model only makes generation
@@ -26,6 +30,7 @@ import numpy as np
 
 from carla_gym.cli_args import HelpFormatter
 from carla_gym.io import report_results
+from carla_gym.llm.nav_tools import MAX_FOLLOW_STEPS, NavToolEnv
 from carla_gym.llm.tools import CarlaToolEnv
 from carla_gym.suites import SUITES
 
@@ -57,6 +62,29 @@ def ms_per_episode(script, episodes: int, vision: bool = False) -> float:
         env._finish()
         times.append(time.perf_counter() - start)
     return float(np.median(times) * 1e3)
+
+
+NAV_SCENARIOS = ("maze_navigation", "free_roam", "free_roam_Town02_v20", "free_roam_Town10HD_Opt_v15_p10")
+"""Navigation scenarios of the episode-time figures (upstream's maze and free-roam families, growing traffic)."""
+
+
+def nav_episode(scenario: str, episodes: int, vision: bool = False) -> dict[str, float]:
+    """Mean environment time [s], ticks and tool calls of the autopilot flow (module docstring) per episode."""
+    times, ticks, calls = [], [], []
+    with NavToolEnv(vision=vision) as env:
+        for seed in range(episodes):
+            start = time.perf_counter()
+            env.reset(scenario=scenario, seed=seed)
+            env.init_navigation_agent()
+            env.set_destination(*env.info["goal"][:2])
+            while not env.done:
+                env.follow_route(MAX_FOLLOW_STEPS)
+            times.append(time.perf_counter() - start)
+            ticks.append(env.episode.ticks)
+            calls.append(len(env.calls))
+    label = f"navigation {scenario}{' VLM' if vision else ''}"
+    return {f"{label} [s/episode]": float(np.mean(times)), f"{label} ticks/episode": float(np.mean(ticks)),
+            f"{label} tool calls/episode": float(np.mean(calls))}
 
 
 def training_step_share(steps: int) -> dict[str, float]:
@@ -116,6 +144,7 @@ def main() -> None:
     """Run the measurements and print them (and write JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("--episodes", type=int, default=2000, help="episodes per episode-time figure")
+    parser.add_argument("--nav-episodes", type=int, default=10, help="episodes per navigation scenario")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps for the training-step share")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
@@ -129,6 +158,9 @@ def main() -> None:
                                                                                     vision=True),
         "VLM episode (256x144 images), 3-5 tool calls [ms]": ms_per_episode(long, args.episodes // 4, vision=True),
     }
+    for scenario in NAV_SCENARIOS:
+        results.update(nav_episode(scenario, args.nav_episodes))
+    results.update(nav_episode(NAV_SCENARIOS[-1], args.nav_episodes, vision=True))
     results.update(training_step_share(args.steps))
     report_results(results, args.json)
 

@@ -218,6 +218,27 @@ def test_play_out_holds_the_controls_until_the_gym_env_ends_and_no_play_out_scor
     assert env.steps[1] == {"call": {"action_type": "observe"}, "ticks": 10, "play_out": True}
 
 
+def test_termination_picks_the_gym_envs_end_rules_upstream_by_default():
+    """A standing ego: upstream's ends wait for the time limit, ``"vlm-rl-eval"`` stops it at 10 s.
+
+    Upstream's are the default (what GRPO trains with); the harness's ``"vlm-rl-eval"`` ends the episode when the
+    first waypoint is not passed after 10 s (VLM-RL's eval.py).
+    """
+    row = {"scenario": "route_Town02", "seed": 0, "scenario_config": {"traffic": 0, "route": "eval"}, "route_index": 7}
+    ends = {}
+    for termination in (None, "vlm-rl-eval"):
+        env = NavToolEnv(time_limit_s=20.0) if termination is None else NavToolEnv(time_limit_s=20.0,
+                                                                                    termination=termination)
+        env.reset(**row)
+        env.emergency_stop()
+        env._finish()
+        ends[env.env.termination] = (env.outcome["termination"], env.outcome["time"], len(env.steps))
+        env._close()
+    assert ends == {"upstream": ("time_limit", 20.0, 40), "vlm-rl-eval": ("no_progress", 10.0, 20)}
+    with pytest.raises(ValueError, match=r"termination='eval': choose one of \[None, 'vlm-rl', 'vlm-rl-eval', "):
+        NavToolEnv(termination="eval")
+
+
 def test_play_episode_plays_a_navigation_episode_with_the_nav_prompt():
     def call(name, **arguments):
         return {"role": "assistant", "content": "", "tool_calls": [
@@ -267,9 +288,10 @@ def test_vision_tools_return_the_chosen_camera_and_the_text():
 
 
 def test_episode_rows_give_navigation_scenarios_the_navigation_prompt():
-    rows = episode_rows(["maze_navigation", "trolley_saves"], 3, 5)
-    assert [p[0]["content"] for p in rows["prompt"]] == [NAV_INSTRUCTION, INSTRUCTION, NAV_INSTRUCTION]
-    assert rows["seed"] == [5, 6, 7]
+    rows = episode_rows(["maze_navigation", "trolley_saves", "route_Town02", "free_roam_Town05"], 5, 5)
+    assert [p[0]["content"] for p in rows["prompt"]] == [NAV_INSTRUCTION, INSTRUCTION, NAV_INSTRUCTION,
+                                                         NAV_INSTRUCTION, NAV_INSTRUCTION]
+    assert rows["seed"] == [5, 6, 7, 8, 9]
 
 
 def test_factory_builds_and_closes_nav_envs():
@@ -389,12 +411,30 @@ def test_train_grpo_trains_and_evaluates_navigation(tmp_path):
     log = json.loads((out / "train_log.json").read_text())["log_history"][0]
     assert "rewards/nav_rubric_reward/mean" in log
     evaluation = json.loads((out / "eval.json").read_text())
-    assert [(r["agent"], r["scenario"], r["seed"]) for r in evaluation["records"]] == [
-        ("grpo", "maze_navigation", 10000)]
-    assert evaluation["summary"]["maze_navigation"]["episodes"] == 1
+    [record] = evaluation["records"]
+    assert (record["agent"], record["scenario"], record["seed"]) == ("grpo", "maze_navigation", 10000)
+    # the summary is the harness's row (agents.nav_summary.nav_row) of the records
+    from agents.nav_summary import NAV_COLUMNS, nav_row
+
+    row = evaluation["summary"]["maze_navigation"]
+    assert list(row) == list(NAV_COLUMNS) and row == json.loads(json.dumps(nav_row("grpo", "maze_navigation",
+                                                                                    [record])))
+    assert (row["episodes"], row["route_completion"], row["time"]) == (1, record["routes_completed"],
+                                                                     record["time"])
+    assert row["tool_calls"] == len(record["tool_calls"]) and row["decisions"] == record["decisions"]
+
+
+ROUTE_REFUSAL = (
+    "--scenario route_Town02: route scenarios (route_Town01, route_Town02, route_Town03, route_Town04, "
+    "route_Town05) are not trained with GRPO; train_grpo.py's navigation scenarios are maze_navigation; "
+    "free_roam; free_roam_<Map>")
 
 
 @pytest.mark.parametrize("flags,message", [
+    (["--scenario", "route_Town02"], ROUTE_REFUSAL),
+    (["--scenario", "maze_navigation", "route_Town02"], ROUTE_REFUSAL),
+    (["--scenario", "route_Town02", "trolley_saves"], "Route scenarios are for train_sb3.py --env "
+                                                      "CarlaNavigation-v0 and python -m agents.compare"),
     (["--scenario", "maze_navigation", "trolley_saves"], "trolley_saves is a trolley scenario"),
     (["--scenario", "free_roam_Nowhere"], "--scenario: Scenario 'free_roam_Nowhere'"),
     (["--scenario", "maze_navigation", "--env-urls", "http://127.0.0.1:8000"], "embedded simulator only"),

@@ -276,3 +276,84 @@ def test_step_call_runs_upstream_actions_as_env_steps():
     assert ego(env.world) == before  # refused before any change
     _, _, _, _, info = env.step_call(NavigationCall(action_type="observe"))
     assert info["ticks"] == env.ticks_per_action == 1
+
+
+def _follow_to_the_end(env) -> tuple[int, dict, bool, bool]:
+    n = 0
+    while True:
+        _, _, terminated, truncated, info = env.step(TOOL["follow_route"])
+        n += 1
+        if terminated or truncated:
+            return n, info, terminated, truncated
+
+
+@pytest.mark.parametrize("reward_mode", ["vlm-rl", "rubric"])
+def test_an_end_on_the_time_limit_tick_is_that_end_and_arrival_completes_the_route(reward_mode):
+    def run(limit_s):
+        env = CarlaNavigationEnv(scenario_config={"traffic": 0, "route": "eval"}, action_mode="tools",
+                                 reward_mode=reward_mode, time_limit_s=limit_s)
+        env.reset(seed=0, options={"route_index": 7})
+        _, info, terminated, truncated = _follow_to_the_end(env)
+        return env.episode.ticks, info, terminated, truncated
+
+    ticks, info, terminated, _ = run(300.0)
+    assert (info["termination"], terminated, info["routes_completed"]) == ("goal_reached", True, 1.0)
+    assert info["outcome"]["routes_completed"] == 1.0 and info["outcome"]["success"]
+    # the limit falls on the arrival tick: the arrival wins (a termination); one tick earlier: the limit
+    _, at, terminated, truncated = run(ticks * 0.05)
+    assert (at["termination"], terminated, truncated) == ("goal_reached", True, False)
+    _, early, terminated, truncated = run((ticks - 1) * 0.05)
+    assert (early["termination"], terminated, truncated) == ("time_limit", False, True)
+    assert early["outcome"]["routes_completed"] < 1.0
+
+
+def test_vlm_rl_eval_termination_drops_off_track_and_too_fast_and_stops_no_progress():
+    config = {"traffic": 0, "route": "eval"}
+    fast = CarlaNavigationEnv(scenario_config=config, termination="vlm-rl-eval")
+    fast.reset(seed=0)
+    for _ in range(300):  # full throttle: too fast (and later off track) for VLM-RL's training, not its evaluation
+        _, reward, terminated, _, info = fast.step(np.array([0.0, 1.0], dtype=np.float32))
+        assert reward != -10.0 or terminated
+        if terminated:
+            break
+    assert info["termination"] not in ("too_fast", "off_track") and info["speed"] > 35.0
+    still = CarlaNavigationEnv(scenario_config=config, termination="vlm-rl-eval")
+    still.reset(seed=0)
+    n = 0
+    while True:
+        _, reward, terminated, _, info = still.step(np.array([0.0, 0.0], dtype=np.float32))
+        n += 1
+        if terminated:
+            break
+    assert (n, info["termination"], reward) == (200, "no_progress", 0.0)  # 10 s, VLM-RL's eval.py; no penalty
+
+
+def test_a_mixed_scenario_list_splits_the_config_by_family():
+    env = CarlaNavigationEnv(scenario=["route_Town02", "free_roam_Town05"],
+                             scenario_config={"traffic": 0, "route": "eval", "num_npc_vehicles": 5})
+    assert env.configs["route_Town02"] == {"traffic": 0, "route": "eval"}
+    assert env.configs["free_roam_Town05"].num_npc_vehicles == 5
+    with pytest.raises(ValueError, match="traffic=20.0"):
+        CarlaNavigationEnv(scenario_config={"traffic": 20.0})
+    assert CarlaNavigationEnv(steer_smoothing=np.float32(0.5)).steer_smoothing == 0.5
+    with pytest.raises(ValueError, match="termination='eval'"):
+        CarlaNavigationEnv(termination="eval")
+
+
+def test_the_text_shows_the_light_and_crossing_walkers():
+    env = CarlaNavigationEnv(scenario="free_roam_Town05_v0_p10", action_mode="tools")
+    for seed in range(10):
+        _, info = env.reset(seed=seed)
+        state, distance = env.world.ego_light()
+        if state >= 0:
+            break
+    light = ("green", "yellow", "red")[state]
+    side = "ahead" if distance >= 0 else "behind"
+    assert f"Traffic light: {light}, stop line {abs(distance):.1f} m {side}." in info["text"]
+    walkers = env.world.walkers
+    walkers.mode[:] = 1  # every walker crossing (walkers.CROSSING)
+    obs = env.episode.observation()
+    text = observation_text(obs)
+    assert obs["crossing_walker_ids"] == list(range(100, 110))
+    walker_lines = [line for line in text.splitlines() if line.startswith("- walker")]
+    assert walker_lines and all(line.endswith("(crossing the road)") for line in walker_lines)

@@ -78,7 +78,12 @@ def refusal(*argv: str) -> str:
         (["--env", NAV, "--eval-routes", "11"], "--eval-routes 11: must be in [1, 10]"),
         (["--env", NAV, "--policy", "MlpPolicy", "--observation-mode", "vlm-rl"],
          "--policy MlpPolicy cannot read --observation-mode vlm-rl: use --policy MultiInputPolicy"),
-        (["--env", NAV, "--scenario", "trolley_micro_escape_exists"], "invalid environment settings: scenario="),
+        (["--env", NAV, "--scenario", "trolley_micro_escape_exists"],
+         "--scenario trolley_micro_escape_exists: train_sb3.py trains CarlaNavigation-v0 on route scenarios only; "
+         "choose from route_Town01, route_Town02, route_Town03, route_Town04, route_Town05 (default route_Town02); "
+         "maze_navigation and free_roam* are for train_grpo.py and python -m agents.compare"),
+        (["--env", NAV, "--scenario", "route_Town02", "maze_navigation"],
+         "--scenario maze_navigation: train_sb3.py trains CarlaNavigation-v0 on route scenarios only"),
         (["--env", NAV, "--steer-smoothing", "1.5"], "invalid environment settings: steer_smoothing=1.5"),
         (["--env", NAV, "--algo", "sac", "--action-mode", "tools"], "SAC cannot drive"),
     ],
@@ -261,7 +266,8 @@ def test_route_evaluation_plays_each_route_once_and_summarises_vlm_rls_way():
         seen.append(obs.shape)
         return np.array([0.0, -1.0], dtype=np.float32)
 
-    records = nav_eval.play_routes(act, {"stop_time_s": 0.5}, traffic=0, routes=[0, 3])
+    # the evaluation's end rules are VLM-RL's eval.py's, whatever termination the policy's env kwargs name
+    records = nav_eval.play_routes(act, {"stop_time_s": 0.5, "termination": "upstream"}, traffic=0, routes=[0, 3])
     assert [(r["route_index"], r["route"], r["termination"]) for r in records] == [
         (0, [48, 21], "stopped"), (3, [61, 39], "stopped")]
     # standing at the start: waypoint 0 of routes of 290 and 343 waypoints (1 m apart), (0 + 1) / len(route)
@@ -273,6 +279,10 @@ def test_route_evaluation_plays_each_route_once_and_summarises_vlm_rls_way():
     assert row["route_completion"] == pytest.approx(np.mean([r["routes_completed"] for r in records]))
     with pytest.raises(ValueError, match="at least one evaluation episode"):
         nav_eval.summarise([])
+    # with the default 90 s stop time, VLM-RL's no-progress stop ends a standing episode at 10 s = 200 ticks
+    [standing] = nav_eval.play_routes(act, {}, traffic=0, routes=[7])
+    assert (standing["termination"], standing["time"], standing["episode_length"]) == ("no_progress", 10.0, 200)
+    assert nav_eval.EVAL_TERMINATION == "vlm-rl-eval"
 
 
 # -- CLIP on navigation ---------------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ locates the ego on (``NavWorld.ego_location``; `carla_gym.sim.town.light_state`)
 lit junction, junction connectors included, have none. Its stop line is where NPCs stop for it: the town's
 ``crosswalk_width`` plus `carla_gym.sim.navigation.world.STOP_LINE_MARGIN` before the lane's end (negative once
 the bumper is past it). Entries 53-68 make visible what NPCs brake for (walkers in the road, lights): the fair
-comparison rule that whatever decides the best action is in every observation.
+comparison rule that whatever decides the best action is in every observation, here and in ``"dict"`` (whose
+image draws them too). ``"vlm-rl"`` is the exception: VLM-RL's raster has neither, and that mode reproduces it.
 
 ## The image of ``"dict"``
 `carla_gym.sim.town.render.render_town`'s bird's-eye view at ``image_size`` (H, W), channel-first: `IMAGE_SPAN`
@@ -77,14 +78,12 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from gymnasium import spaces
 
 from carla_gym.sim import constants as C
 from carla_gym.sim.navigation import route_task as R
-from carla_gym.sim.navigation.world import STOP_LINE_MARGIN, NavWorld
+from carla_gym.sim.navigation.world import NavWorld
 from carla_gym.sim.town import Light
 from carla_gym.sim.town import bev as B
 from carla_gym.sim.town.render import render_town
@@ -163,24 +162,6 @@ def _nearest(points: np.ndarray, xy: tuple[float, float], count: int) -> np.ndar
     return rows[d[rows] <= NPC_RANGE]
 
 
-def ego_light(world: NavWorld) -> tuple[int, float]:
-    """The light governing the ego and the distance from its front bumper to that light's stop line.
-
-    Returns:
-        ``(state, distance)``: a `carla_gym.sim.town.Light` value (``Light.NONE`` = -1 without one) of the light at
-        the end of ``world.ego_location.lane``, and the distance [m] along the lane (negative past the line;
-        ``inf`` without a light). The stop line lies ``town.crosswalk_width + STOP_LINE_MARGIN`` before the
-        lane's end, where NPCs stop (`carla_gym.sim.navigation.world`).
-    """
-    lane = world.ego_location.lane
-    state = int(world.lights[lane])
-    if state == Light.NONE:
-        return state, math.inf
-    town = world.town
-    stop = town.lanes[lane].length - town.crosswalk_width - STOP_LINE_MARGIN
-    return state, stop - world.ego_location.s - 0.5 * float(world.vehicles.length[0])
-
-
 def state_vector(world: NavWorld, waypoints: np.ndarray, route_yaw: np.ndarray, index: int, steer: float,
                  throttle: float) -> np.ndarray:
     """The state vector (module docstring's table), float32 (69,), clipped into [STATE_LOW, STATE_HIGH].
@@ -214,7 +195,7 @@ def state_vector(world: NavWorld, waypoints: np.ndarray, route_yaw: np.ndarray, 
         walker[:rows.size, :2] = R.to_ego_frame(w.xy[rows], xy, yaw)
         walker[:rows.size, 2] = w.mode[rows] == CROSSING
         walker[:rows.size, 3] = 1.0
-    state, distance = ego_light(world)
+    state, distance = world.ego_light()
     if state != Light.NONE:
         vec[_LIGHT0 + state] = 1.0  # GREEN 0, YELLOW 1, RED 2
     vec[_LIGHT0 + 3] = min(distance, LIGHT_RANGE)

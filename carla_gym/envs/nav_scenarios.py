@@ -77,7 +77,7 @@ def check_route_config(config: Any, num_spawns: int) -> dict[str, Any]:
                          f"{sorted(DEFAULT_ROUTE_CONFIG)}")
     out = DEFAULT_ROUTE_CONFIG | config
     traffic = out["traffic"]
-    if isinstance(traffic, bool) or traffic not in TRAFFIC_LEVELS:
+    if isinstance(traffic, bool) or not isinstance(traffic, int | np.integer) or traffic not in TRAFFIC_LEVELS:
         raise ValueError(f"traffic={traffic!r}: choose one of {list(TRAFFIC_LEVELS)} (empty, regular, dense)")
     route = out["route"]
     if isinstance(route, str):
@@ -97,6 +97,9 @@ def check_route_config(config: Any, num_spawns: int) -> dict[str, Any]:
 def check_scenarios(scenario: Any, scenario_config: Any) -> dict[str, Any]:
     """Validate ``scenario`` (a name or a non-empty list) with ``scenario_config`` for every name.
 
+    In a list that mixes route names with maze or free-roam names, ``scenario_config``'s route keys
+    (``traffic``, ``route``) go to the route names and its other keys to the others.
+
     Returns:
         ``{name: config}`` in first-appearance order: the checked route config (`check_route_config`) for a
         route name, the resolved `NavSpec` for a maze or free-roam name.
@@ -109,14 +112,18 @@ def check_scenarios(scenario: Any, scenario_config: Any) -> dict[str, Any]:
     if not names:
         raise ValueError(f"scenario={scenario!r}: give a name or a non-empty list of names: "
                          f"{list(ROUTE_SCENARIOS)}, 'maze_navigation' or 'free_roam[_<Map>[_v<N>][_p<M>]]'")
+    route_config = nav_config = scenario_config
+    if isinstance(scenario_config, dict) and any(map(is_route_name, names)) and not all(map(is_route_name, names)):
+        route_config = {k: v for k, v in scenario_config.items() if k in DEFAULT_ROUTE_CONFIG}
+        nav_config = {k: v for k, v in scenario_config.items() if k not in DEFAULT_ROUTE_CONFIG}
     out: dict[str, Any] = {}
     for name in names:
         if name in out:
             continue
         if is_route_name(name):
-            out[name] = check_route_config(scenario_config, len(get_town(town_of(name)).spawn_points))
+            out[name] = check_route_config(route_config, len(get_town(town_of(name)).spawn_points))
         elif is_nav_name(name):
-            out[name] = resolve_nav_scenario(name, scenario_config)
+            out[name] = resolve_nav_scenario(name, nav_config)
         else:
             raise ValueError(f"scenario={name!r}: choose one of {list(ROUTE_SCENARIOS)}, 'maze_navigation' or "
                              "'free_roam[_<Map>[_v<N>][_p<M>]]' (e.g. 'free_roam_Town05_v20_p10')")

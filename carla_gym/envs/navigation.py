@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -37,6 +38,13 @@ ACTION_MODES = ("control", "tools")
 
 REWARD_MODES = ("vlm-rl", "rubric")
 """``reward_mode`` values."""
+
+TERMINATIONS = ("vlm-rl", "vlm-rl-eval", "upstream")
+"""``termination`` values (class docstring's Episode End); None picks ``"vlm-rl"`` for ``reward_mode="vlm-rl"`` and
+``"upstream"`` for ``"rubric"``."""
+
+ARRIVALS = ("goal_reached", R.SUCCESS)
+"""End reasons that mean the route is done: ``routes_completed`` is 1 at them."""
 
 DEFAULT_TICKS = {"control": 1, "tools": 10}
 """Default ``ticks_per_action`` per action mode: one 0.05 s tick (VLM-RL: one tick per step) and 0.5 s
@@ -109,7 +117,9 @@ class CarlaNavigationEnv(gym.Env):
     vehicles and walkers and the ego's traffic light; ``"dict"``: ``{"image": uint8 (3, H, W) bird's-eye view
     with the route, "state": the vector}``; ``"vlm-rl"``: VLM-RL's policy observation exactly (spec 2.2),
     ``{"seg_camera": uint8 (192, 192, 6), "vehicle_measures": float32 (3,), "waypoints": float32 (15, 2)}``.
-    The route to the goal is in every mode, so the goal's direction is always visible.
+    The route to the goal is in every mode, so the goal's direction is always visible; the lights and walkers
+    are in ``"state"``, ``"dict"`` and the text, not in ``"vlm-rl"``, which is VLM-RL's observation exactly (its
+    raster has neither: that mode is for reproducing VLM-RL, not for comparing learners on equal inputs).
 
     ## Rewards
     `reward_mode="vlm-rl"` (default): VLM-RL's ``reward_fn5`` summed over the step's ticks (speed_reward x
@@ -124,21 +134,31 @@ class CarlaNavigationEnv(gym.Env):
     ## Starting State
     Route scenarios: the ego stands at the route's start spawn point; `scenario_config["route"]`: ``"eval"``
     cycles VLM-RL's 10 evaluation pairs, one per episode; ``"train"`` uses VLM-RL's 12 intersection pairs on
-    even episodes and a random pair on odd ones; ``[start, end]`` always that pair. Spawn indices wrap modulo
-    the town's spawn count (68 in the Town02 analogue, fewer than CARLA's): the routes are not CARLA's. The
+    even episodes and a random pair on odd ones; ``[start, end]`` always that pair (indices of this town's spawn
+    points). VLM-RL's indices wrap modulo the town's spawn count (68 in the Town02 analogue, fewer than CARLA's):
+    the routes are not CARLA's. The
     episode counter restarts at 0 whenever `reset` gets a seed. Maze and free roam: as upstream (a drawn spawn
     point and goal). Every random draw comes from `np_random`.
 
     ## Episode End
-    `reward_mode="vlm-rl"`: VLM-RL's terminations (`info["termination"]`): ``"collision"`` with a vehicle or
-    walker; ``"off_track"``, more than 3.0 m from the route line; ``"too_fast"``, above 35 km/h; ``"stopped"``,
-    below 1 km/h for `stop_time_s` in a row; ``"success"``, past the route's last waypoint; also upstream's
-    ``"goal_reached"`` (within the arrival radius of the goal: 2 m for routes, `nav_scenarios.ROUTE_ARRIVAL_RADIUS`,
-    so that passing the goal on the other lane is no arrival; 5 m in the maze and 10 m in free roam, upstream's).
-    `reward_mode="rubric"`: upstream's ends, ``"collision"`` and ``"goal_reached"``. Both modes truncate at
-    `time_limit_s` of simulated time (``"time_limit"``; upstream counts steps instead, which depend on the tool
-    granularity). VLM-RL's evaluation drops off-track and too-fast and its training chains routes for 3000 m;
-    here one route per episode and the rules above.
+    Upstream's ends hold in every mode (`info["termination"]` names the end): ``"collision"`` with a vehicle or
+    walker and ``"goal_reached"``, within the arrival radius of the goal (2 m for routes,
+    `nav_scenarios.ROUTE_ARRIVAL_RADIUS`, so that passing the goal on the other lane is no arrival; upstream's
+    5 m in the maze and 10 m in free roam). `termination` adds VLM-RL's per-tick ends
+    (`carla_gym.sim.navigation.route_task`):
+
+    * ``"vlm-rl"`` (the default with `reward_mode="vlm-rl"`): VLM-RL's training ends, ``"off_track"`` (more than
+      3.0 m from the route line), ``"too_fast"`` (above 35 km/h), ``"stopped"`` (below 1 km/h for `stop_time_s` in
+      a row) and ``"success"`` (past the route's last waypoint);
+    * ``"vlm-rl-eval"``: VLM-RL's evaluation ends: no off-track or too-fast, ``"stopped"``, ``"no_progress"``
+      (the first waypoint not passed after 10 s, ``eval.py``) and ``"success"``: the rules that
+      ``train_sb3.py``'s evaluation and ``agents.compare`` play every agent by;
+    * ``"upstream"`` (the default with `reward_mode="rubric"`): none.
+
+    Every mode truncates at `time_limit_s` of simulated time (``"time_limit"``; upstream counts steps instead,
+    which depend on the tool granularity) unless the tick also ended the episode otherwise. VLM-RL's training
+    chains routes for 3000 m; here one route per episode. An episode that ends at the goal has
+    ``routes_completed`` 1.
 
     ## Info
     Every step: ``scenario``, ``route`` (start, end spawn indices for route scenarios, else None), ``traffic``
@@ -179,6 +199,7 @@ class CarlaNavigationEnv(gym.Env):
     | `steer_smoothing` | float | 0.0 | previous steer's weight per 1/15 s in [0, 1) (VLM-RL: 0.75) |
     | `stop_time_s` | float | 90.0 | time below 1 km/h that ends a vlm-rl episode [s] |
     | `time_limit_s` | float | 300.0 | simulated time that truncates an episode [s] |
+    | `termination` | str or None | None | `"vlm-rl"`, `"vlm-rl-eval"` or `"upstream"`; None: by `reward_mode` |
     | `image_size` | (int, int) | (96, 96) | (height, width) of the dict mode's image [px] |
     | `render_mode` | str or None | None | `"rgb_array"`: the bird's-eye view with the route, 256 x 256 |
 
@@ -202,6 +223,7 @@ class CarlaNavigationEnv(gym.Env):
         steer_smoothing: float = 0.0,
         stop_time_s: float = R.STOP_TIME,
         time_limit_s: float = TIME_LIMIT_S,
+        termination: str | None = None,
         image_size: tuple[int, int] = (96, 96),
         render_mode: str | None = None,
     ) -> None:
@@ -210,6 +232,7 @@ class CarlaNavigationEnv(gym.Env):
         for key, value, valid in (("action_mode", action_mode, ACTION_MODES),
                                   ("observation_mode", observation_mode, OBSERVATION_MODES),
                                   ("reward_mode", reward_mode, REWARD_MODES),
+                                  ("termination", termination, (None, *TERMINATIONS)),
                                   ("render_mode", render_mode, (None, *self.metadata["render_modes"]))):
             if value not in valid:
                 raise ValueError(f"{key}={value!r}: choose one of {list(valid)}")
@@ -221,15 +244,18 @@ class CarlaNavigationEnv(gym.Env):
                 or not 1 <= ticks_per_action <= 100:
             raise ValueError(f"ticks_per_action={ticks_per_action!r}: must be an integer in [1, 100] (ticks of "
                              f"0.05 s per step; None: {DEFAULT_TICKS})")
-        if isinstance(steer_smoothing, bool) or not (isinstance(steer_smoothing, int | float)
+        if isinstance(steer_smoothing, bool) or not (isinstance(steer_smoothing, numbers.Real)
                                                      and 0.0 <= steer_smoothing < 1.0):
             raise ValueError(f"steer_smoothing={steer_smoothing!r}: must be in [0, 1) (VLM-RL uses 0.75)")
+        self.termination = termination or ("vlm-rl" if reward_mode == "vlm-rl" else "upstream")
+        stop = float(stop_time_s) if isinstance(stop_time_s, numbers.Real) and not isinstance(stop_time_s, bool) \
+            else stop_time_s
         try:
-            self.rules = R.RouteRules(stop_time=stop_time_s)
+            self.rules = R.evaluation_rules(stop) if self.termination == "vlm-rl-eval" else R.RouteRules(stop_time=stop)
         except ValueError as error:
             raise ValueError(f"stop_time_s={stop_time_s!r}: must be a finite number of seconds > 0 "
                              f"(VLM-RL: 90)") from error
-        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float) \
+        if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, numbers.Real) \
                 or not 0.0 < time_limit_s <= C.MAX_EPISODE_STEPS * C.DT:
             raise ValueError(f"time_limit_s={time_limit_s!r}: must be a number of seconds in "
                              f"(0, {C.MAX_EPISODE_STEPS * C.DT:g}]")
@@ -371,15 +397,20 @@ class CarlaNavigationEnv(gym.Env):
         """Refuse a step after the end; clear the per-step tick record."""
         if self._done:
             raise RuntimeError("the episode has ended (or never started): call reset()")
-        self._tick_state = {"vlm_rl": 0.0, "step": None, "collided": False, "end": None, "ticks": 0}
+        self._tick_state = {"vlm_rl": 0.0, "step": None, "collided": False, "end": None, "ticks": 0,
+                            "time_up": False}
         self._error = ""
 
     def _finish(self, rubric: float) -> tuple[Any, float, bool, bool, dict]:
         """The step's end reason, reward, observation and info after its ticks ran."""
         ep, state = self.episode, self._tick_state
-        end = state["end"]
+        end = state["end"]  # VLM-RL's end of the tick, else upstream's, else the time limit
         if end is None and ep.done:
             end = ep.reason
+        if end is None and state["time_up"]:
+            end = TIME_LIMIT
+        if end in ARRIVALS:
+            self.tracker.arrive()
         truncated = end in (TIME_LIMIT, "max_steps")
         self._done = end is not None
         reward = state["vlm_rl"] if self.reward_mode == "vlm-rl" else rubric
@@ -417,11 +448,12 @@ class CarlaNavigationEnv(gym.Env):
                 return self._run(_CALLS["observe"], self.ticks_per_action).rubric_reward
             self._agent = behavior
         rubric = 0.0
-        while self._tick_state["ticks"] < self.ticks_per_action and not ep.done and self._tick_state["end"] is None:
+        state = self._tick_state
+        while state["ticks"] < self.ticks_per_action and not (ep.done or state["end"] or state["time_up"]):
             result = self._run(_FOLLOW_TICK, 1)
             rubric += result.rubric_reward
             if result.ticks == 0:  # the agent has no route left: hold its last controls for the rest
-                rest = self.ticks_per_action - self._tick_state["ticks"]
+                rest = self.ticks_per_action - state["ticks"]
                 rubric += self._run(_CALLS["observe"], rest).rubric_reward
                 break
         return rubric
@@ -439,11 +471,10 @@ class CarlaNavigationEnv(gym.Env):
         state["vlm_rl"] += step.reward
         state["step"], state["ticks"] = step, state["ticks"] + 1
         state["collided"] = state["collided"] or collided
-        if self.reward_mode == "vlm-rl" and step.end is not None:
+        if self.termination != "upstream" and step.end is not None:
             state["end"] = step.end
-        elif ep.ticks >= self.time_limit_ticks:
-            state["end"] = TIME_LIMIT
-        return state["end"] is not None
+        state["time_up"] = ep.ticks >= self.time_limit_ticks
+        return state["end"] is not None or state["time_up"]
 
     # --- observation, info, render ----------------------------------------------------------------------------
 
@@ -457,8 +488,9 @@ class CarlaNavigationEnv(gym.Env):
         v = self.episode.world.vehicles
         distance, theta = self.tracker.measure((float(v.x[0]), float(v.y[0])), float(v.yaw[0] + v.beta[0]),
                                                float(v.speed[0]))
+        std = R.distance_std_factor(self.tracker.history) if self.tracker.history else 1.0
         return R.RouteStep(distance, theta, float(R.speed_reward(v.speed[0] * C.KMH_PER_MS)),
-                           float(R.centering_factor(distance)), float(R.angle_factor(theta)), 1.0, 0.0, 0.0, None)
+                           float(R.centering_factor(distance)), float(R.angle_factor(theta)), std, 0.0, 0.0, None)
 
     def _info(self, step: R.RouteStep | None, collided: bool, terms: dict[str, float], ticks: int,
               end: str | None = None, error: str = "") -> dict[str, Any]:

@@ -33,16 +33,16 @@ argument names or values, a lane change without a neighbour lane, a destination 
 network) is also appended to ``failures`` and its error text goes back to the model (TRL:
 ``{'error': ...}``); the env changes nothing on such an error.
 
-Scoring: the reward is the sum of the env's step rewards (upstream's navigation rubric: free roam and
-routes pay progress, +10 on arrival, -5 on a collision and -0.01 per step; the maze +1 on arrival and
--1 on a collision). The episode ends when the env ends it: arrival, a collision or its ``time_limit_s``
-of simulated time (default 300 s). With ``play_out=True`` (default) an episode the model leaves
-unfinished is played out before scoring: ``observe`` steps of ``ticks_per_action`` ticks with the last
-controls held (after ``follow_route`` these are the autopilot's last pedals and steer; the autopilot
-itself drives only inside ``follow_route``, as upstream) until the env ends the episode.
-``play_out=False`` scores the reward collected so far, as TRL's CARLA example. Every env step, play-out
-included, is logged in ``steps`` (`call_record`), so that an episode can be replayed through
-``step_call`` (`agents.nav_video`).
+Scoring: the reward is the sum of the env's step rewards (upstream's navigation rubric: free roam and routes pay
+progress, +10 on arrival, -5 on a collision and -0.01 per step; the maze +1 on arrival and -1 on a collision). The
+episode ends when the env ends it: arrival, a collision or its ``time_limit_s`` of simulated time (default 300 s);
+with ``termination="vlm-rl-eval"`` (the comparison harness's) also VLM-RL's evaluation ends (stopped, no progress,
+past the last waypoint). With ``play_out=True`` (default) an episode the model leaves unfinished is played out
+before scoring: ``observe`` steps of ``ticks_per_action`` ticks with the last controls held (after ``follow_route``
+these are the autopilot's last pedals and steer; the autopilot itself drives only inside ``follow_route``, as
+upstream) until the env ends the episode. ``play_out=False`` scores the reward collected so far, as TRL's CARLA
+example. Every env step, play-out included, is logged in ``steps`` (`call_record`), so that an episode can be
+replayed through ``step_call`` (`agents.nav_video`).
 """
 
 from __future__ import annotations
@@ -133,20 +133,27 @@ class NavToolEnv:
         view: Camera of tool images, one of `NAV_VIEWS`.
         time_limit_s: Simulated time that ends an episode [s] (the env's ``time_limit_s``; default the env's
             300 s).
+        termination: The env's end rules (`carla_gym.envs.navigation.TERMINATIONS`): ``"upstream"`` (default, the
+            env's default with the rubric reward, what ``train_grpo.py`` trains with: a collision, arrival or the
+            time limit), ``"vlm-rl-eval"`` (VLM-RL's evaluation ends, which the comparison harness plays every
+            agent by: `agents.nav`) or ``"vlm-rl"``.
 
     Raises:
-        ValueError: Bad ``image_size``, ``ticks_per_action``, ``view`` or ``time_limit_s``, naming the valid values.
+        ValueError: Bad ``image_size``, ``ticks_per_action``, ``view``, ``time_limit_s`` or ``termination``, naming
+            the valid values.
     """
 
     def __init__(self, vision: bool = False, image_size: int = 256, ticks_per_action: int = 10,
-                 play_out: bool = True, view: str = "front", time_limit_s: float = TIME_LIMIT_S) -> None:
+                 play_out: bool = True, view: str = "front", time_limit_s: float = TIME_LIMIT_S,
+                 termination: str = "upstream") -> None:
         if view not in NAV_VIEWS:
             raise ValueError(f"view={view!r}: choose one of {list(NAV_VIEWS)}")
         self._vision, self._play_out, self._view = bool(vision), bool(play_out), view
         self._width = check_number("image_size", image_size, 16, 1024, integer=True)
         self._ticks = check_number("ticks_per_action", ticks_per_action, 1, 100, integer=True)
-        self._time_limit_s = time_limit_s
-        CarlaNavigationEnv(ticks_per_action=self._ticks, time_limit_s=time_limit_s)  # check the env arguments now
+        self._time_limit_s, self._termination = time_limit_s, termination
+        # check the env arguments now
+        CarlaNavigationEnv(ticks_per_action=self._ticks, time_limit_s=time_limit_s, termination=termination)
         self.env: CarlaNavigationEnv | None = None
         self._env_key: tuple | None = None
         self.reward, self.done = 0.0, False
@@ -196,7 +203,7 @@ class NavToolEnv:
         if self.env is None or key != self._env_key:
             env = CarlaNavigationEnv(scenario=name, scenario_config=scenario_config, action_mode="tools",
                                      reward_mode="rubric", ticks_per_action=self._ticks,
-                                     time_limit_s=self._time_limit_s)
+                                     time_limit_s=self._time_limit_s, termination=self._termination)
             self._close()
             self.env, self._env_key = env, key
         options = None if route_index is None else {"route_index": route_index}
@@ -374,8 +381,8 @@ class NavToolEnvFactory:
     TRL never closes environments: call `close` after training, or use the factory as a context manager.
 
     Args:
-        **kwargs: `NavToolEnv` arguments (vision, image_size, ticks_per_action, play_out, view, time_limit_s),
-            checked here.
+        **kwargs: `NavToolEnv` arguments (vision, image_size, ticks_per_action, play_out, view, time_limit_s,
+            termination), checked here.
 
     Raises:
         ValueError: A bad `NavToolEnv` argument, here rather than at the first rollout.

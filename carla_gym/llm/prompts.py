@@ -6,7 +6,8 @@ strings without a separator, so the reset text starts with a blank line). The sc
 and the description come from `carla_gym.sim.describe` (upstream TRL example format for the
 description).
 
-Navigation scenarios (``maze_navigation``, ``free_roam*``) start from `NAV_INSTRUCTION` instead;
+Navigation scenarios (``maze_navigation``, ``free_roam*`` and the ``route_<Town>`` scenarios that
+`carla_gym.llm.nav_tools.NavToolEnv` also plays) start from `NAV_INSTRUCTION` instead;
 `carla_gym.llm.nav_tools.NavToolEnv.reset` appends `nav_scene_prompt` (upstream's Maze / FreeRoam
 prompt, openenv_carla.md section 5.2, with the adapter's own tool list) and the first observation
 text (`carla_gym.sim.navigation.describe.observation_text`).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 
+from carla_gym.envs.nav_scenarios import is_route_name
 from carla_gym.sim.navigation.describe import scene_description
 from carla_gym.sim.navigation.scenarios import NavSpec, is_nav_name
 
@@ -89,11 +91,17 @@ def nav_scene_prompt(spec: NavSpec, tools: Sequence[Callable]) -> str:
     return head + "Tools:\n" + "\n".join(lines) + "\n"
 
 
+def _is_navigation(name: str) -> bool:
+    """Whether ``name`` is played by `carla_gym.llm.nav_tools.NavToolEnv`: maze, free roam or a route scenario."""
+    return is_nav_name(name) or is_route_name(name)
+
+
 def episode_rows(scenarios: tuple[str, ...] | list[str], size: int, seed: int) -> dict[str, list]:
     """Dataset columns for GRPO: row i plays ``scenarios[i % len]`` with seed ``seed + i``.
 
     All generations of a row share its scenario and seed, so a GRPO group starts from one state. A
-    navigation scenario's prompt is `nav_user_prompt`, any other's `user_prompt`.
+    navigation scenario's prompt (``maze_navigation``, ``free_roam*`` or ``route_<Town>``) is `nav_user_prompt`,
+    any other's `user_prompt`.
 
     Args:
         scenarios: Scenario names (at least one).
@@ -111,7 +119,7 @@ def episode_rows(scenarios: tuple[str, ...] | list[str], size: int, seed: int) -
     if size < 1:
         raise ValueError(f"size={size!r}: need at least one row")
     return {
-        "prompt": [nav_user_prompt() if is_nav_name(scenarios[i % len(scenarios)]) else user_prompt()
+        "prompt": [nav_user_prompt() if _is_navigation(scenarios[i % len(scenarios)]) else user_prompt()
                    for i in range(size)],
         "scenario": [scenarios[i % len(scenarios)] for i in range(size)],
         "seed": [seed + i for i in range(size)],

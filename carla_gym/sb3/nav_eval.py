@@ -2,10 +2,17 @@
 
 VLM-RL's procedure (../shared/spec/vlm_rl.md sections 4.1-4.2): one episode per evaluation route
 (``scenario_config["route"] = "eval"``, ``reset(options={"route_index": k})`` for k = 0..9),
-deterministic actions, at 0, 20 or 40 NPC vehicles; each episode's metrics are the env's
-``info["outcome"]`` (`carla_gym.sim.navigation.route_task.RouteTracker.outcome`). `summarise` pools
-them as VLM-RL's summary row does (means over episodes; ``total_distance`` summed) and adds the
-rates this project plots (route completion, collision rate, success rate).
+deterministic actions, at 0, 20 or 40 NPC vehicles, under VLM-RL's evaluation end rules
+(`EVAL_TERMINATION`: the env's ``termination="vlm-rl-eval"``: no off-track or too-fast end; a collision,
+``"stopped"`` (below 1 km/h for the env's ``stop_time_s``), ``"no_progress"`` (the first waypoint not
+passed after 10 s), ``"success"`` (past the last waypoint) or arrival end the episode, and the env's
+``time_limit_s`` (default 300 s) truncates it). Each episode's metrics are the env's ``info["outcome"]``
+(`carla_gym.sim.navigation.route_task.RouteTracker.outcome`). `summarise` pools them as VLM-RL's summary
+row does (means over episodes; ``total_distance`` summed) and adds the rates this project plots (route
+completion, collision rate, success rate).
+
+The comparison harness (`agents.nav`) plays every agent by the same end rules, so a policy's outcome on a
+route and seed is the same here and in ``python -m agents.compare``.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+EVAL_TERMINATION = "vlm-rl-eval"
+"""`CarlaNavigation-v0` ``termination`` of every evaluation episode, here and in the comparison harness
+(`agents.nav`): VLM-RL's evaluation ends (``eval.py``, vlm_rl.md section 2.5; the env's "Episode End")."""
 EVAL_SEED = 101
 """Seed of every evaluation episode's reset (VLM-RL ``eval.py --seed`` default 101; the route comes from
 ``route_index``, the seed draws the traffic)."""
@@ -38,8 +48,8 @@ def play_routes(act: Callable[[object], object], env_kwargs: Mapping, traffic: i
     Args:
         act: Observation -> action (e.g. ``lambda obs: model.predict(obs, deterministic=True)[0]``).
         env_kwargs: `CarlaNavigation-v0` keyword arguments of the trained policy (observation and action
-            modes, steering smoothing, ticks per action, ...); its ``scenario_config`` is kept except
-            ``traffic`` and ``route``, which this sets.
+            modes, steering smoothing, ticks per action, reward mode, ...); its ``scenario_config`` is kept except
+            ``traffic`` and ``route``, which this sets, and ``termination`` is always `EVAL_TERMINATION`.
         traffic: NPC vehicles, one of `TRAFFIC_LEVELS`.
         seed: Reset seed of every episode.
         routes: Places in the evaluation route cycle (``route_index``).
@@ -53,7 +63,8 @@ def play_routes(act: Callable[[object], object], env_kwargs: Mapping, traffic: i
         ValueError: Bad env settings or ``traffic`` (the env's message).
     """
     config = {**dict(env_kwargs.get("scenario_config") or {}), "traffic": traffic, "route": "eval"}
-    env = gym.make("CarlaNavigation-v0", **{**env_kwargs, "scenario_config": config})
+    kwargs = {**env_kwargs, "scenario_config": config, "termination": EVAL_TERMINATION}
+    env = gym.make("CarlaNavigation-v0", **kwargs)
     records = []
     try:
         for k in routes:

@@ -171,17 +171,20 @@ def observation_text(observation: dict[str, Any]) -> str:
     """The per-decision text of a navigation observation, in upstream's TRL format extended with the goal.
 
     Lines, in order: ``Speed: <v> km/h.``; ``Goal: <d> m away, <direction>, at (x, y, z).`` (the goal
-    location that ``set_destination`` takes, from ``scenario_data``); ``Lane: <current_lane>.``; then the
-    nearby actors and the collision line exactly as the trolley description (`carla_gym.sim.describe.describe`:
+    location that ``set_destination`` takes, from ``scenario_data``); ``Lane: <current_lane>.``; when a light
+    governs the ego, ``Traffic light: <state>, stop line <d> m ahead.`` (``<d> m behind`` once past it); then
+    the nearby actors and the collision line as the trolley description (`carla_gym.sim.describe.describe`:
     one ``- <kind> at <d>m`` line per actor within 50 m, nearest first, upstream section 5.3, or ``No nearby
-    actors detected.``; ``COLLISION detected with <type id>!`` once a collision happened). Speed and
+    actors detected.``; ``COLLISION detected with <type id>!`` once a collision happened), a walker's line
+    ending ``(crossing the road)`` while it crosses. The light and the crossing walkers are not in upstream's
+    text; they are here because they decide what a driver should do (the state vector has them too). Speed and
     distances have one decimal, coordinates one decimal (this project's choice: the goal is a lane point and
     the success radius is 5 m or more, so 0.05 m of rounding does not matter).
 
     Args:
         observation: `carla_gym.sim.navigation.episode.NavEpisode.observation` (keys ``speed_kmh``,
             ``goal_distance``, ``goal_direction``, ``current_lane``, ``nearby_actors``, ``collided_with``,
-            ``scenario_data["goal_location"]``).
+            ``scenario_data["goal_location"]``; optional ``traffic_light`` and ``crossing_walker_ids``).
 
     Returns:
         Multi-line text, no trailing newline.
@@ -199,11 +202,34 @@ def observation_text(observation: dict[str, Any]) -> str:
         Goal: 120.3 m away, left, at (33.5, -168.2, 0.0).
         Lane: lane_1.
         - vehicle at 12.3m
+        >>> obs["traffic_light"] = {"state": "red", "stop_line_distance": 8.04}
+        >>> obs["nearby_actors"].insert(0, {"type": "walker.pedestrian.0001", "id": 100, "distance": 6.0,
+        ...                                 "position": "ahead"})
+        >>> obs["crossing_walker_ids"] = [100]
+        >>> print(observation_text(obs))
+        Speed: 36.0 km/h.
+        Goal: 120.3 m away, left, at (33.5, -168.2, 0.0).
+        Lane: lane_1.
+        Traffic light: red, stop line 8.0 m ahead.
+        - walker at 6.0m (crossing the road)
+        - vehicle at 12.3m
     """
     actors = observation["nearby_actors"]
     speed, _, rest = describe(observation["speed_kmh"], [a["distance"] for a in actors], [a["type"] for a in actors],
                               observation["collided_with"]).partition("\n")
+    crossing = set(observation.get("crossing_walker_ids") or ())
+    if crossing and actors:
+        lines = rest.split("\n")
+        for k, actor in enumerate(actors):  # the actor lines come first, in the order of ``actors``
+            if actor["id"] in crossing and actor["type"].startswith("walker."):
+                lines[k] += " (crossing the road)"
+        rest = "\n".join(lines)
     x, y, z = (float(c) for c in observation["scenario_data"]["goal_location"])
     goal = (f"Goal: {observation['goal_distance']:.1f} m away, {observation['goal_direction']}, "
             f"at ({x:.1f}, {y:.1f}, {z:.1f}).")
-    return "\n".join([speed, goal, f"Lane: {observation['current_lane']}.", rest])
+    lines = [speed, goal, f"Lane: {observation['current_lane']}."]
+    light = observation.get("traffic_light")
+    if light is not None:
+        d = light["stop_line_distance"]
+        lines.append(f"Traffic light: {light['state']}, stop line {abs(d):.1f} m {'ahead' if d >= 0 else 'behind'}.")
+    return "\n".join([*lines, rest])

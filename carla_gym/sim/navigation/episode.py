@@ -68,9 +68,10 @@ from carla_gym.sim.navigation.scenarios import (
 )
 from carla_gym.sim.navigation.world import NavWorld
 from carla_gym.sim.road import Road
-from carla_gym.sim.town import Location, Town, locate, plan_route, point_at
+from carla_gym.sim.town import Light, Location, Town, locate, plan_route, point_at
 from carla_gym.sim.traffic.lanes import Lanes, Routes, pursuit_steer
 from carla_gym.sim.traffic.vehicles import Vehicles
+from carla_gym.sim.traffic.walkers import CROSSING
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, EpisodeFinishedError, NavigationCall
 
 NPC_TYPE_ID = "vehicle.tesla.model3"
@@ -360,10 +361,15 @@ class NavEpisode:
             [m], ``goal_direction``, ``current_lane``, ``nearby_actors``, ``collision_detected``,
             ``collided_with``, ``done``, ``done_reason``, ``simulation_time`` [s], ``step_number``,
             ``scene_description``, ``scenario_data`` (``goal_location``, ``route_length``, ``weather``,
-            ``outcome`` (None until done)).
+            ``outcome`` (None until done)); and two keys that are not on upstream's wire (the server leaves them
+            out), for the LLM text: ``traffic_light`` (``{"state": "green" | "yellow" | "red", "stop_line_distance":
+            m}`` of the light governing the ego, `NavWorld.ego_light`, or None without one) and
+            ``crossing_walker_ids`` (ids of the walkers crossing the road now).
         """
-        v = self.world.vehicles
+        v, w = self.world.vehicles, self.world.walkers
         xy = np.array([v.x[0], v.y[0]])
+        light, stop = self.world.ego_light()
+        crossing = walker_ids(np.flatnonzero(np.asarray(w.mode) == CROSSING)).tolist()
         return {
             "location": (float(v.x[0]), float(v.y[0]), 0.0),
             "rotation": (0.0, math.degrees(float(v.yaw[0])), 0.0),
@@ -381,6 +387,9 @@ class NavEpisode:
             "scene_description": describe.scene_description(self.spec),
             "scenario_data": {"goal_location": list(self.goal), "route_length": self.route_length,
                               "weather": self.weather, "outcome": self._outcome},
+            "traffic_light": None if light == Light.NONE else {"state": Light(light).name.lower(),
+                                                               "stop_line_distance": float(stop)},
+            "crossing_walker_ids": crossing,
         }
 
     def outcome(self) -> dict[str, Any]:

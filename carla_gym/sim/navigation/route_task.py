@@ -88,6 +88,14 @@ episodes (``CarlaRouteEnv`` training mode; spec 2.4)."""
 COLLISION, OFF_TRACK, TOO_FAST, STOPPED, SUCCESS = "collision", "off_track", "too_fast", "stopped", "success"
 """Episode end reasons (`termination`): the first four are failures (reward `PENALTY`), the last a success."""
 
+NO_PROGRESS = "no_progress"
+"""End reason of VLM-RL's evaluation loop: the ego has not passed the route's first waypoint after
+`EVAL_NO_PROGRESS_TIME` (no penalty: ``eval.py`` stops the episode, the env's reward is not involved)."""
+
+EVAL_NO_PROGRESS_TIME = 10.0
+"""VLM-RL's ``eval.py`` ends an episode at ``step_count >= 150`` (10 s at 15 Hz) if the ego has not passed the
+first waypoint (spec 2.5) [s]."""
+
 FAILURES = (COLLISION, OFF_TRACK, TOO_FAST, STOPPED)
 """End reasons that are failures, in the order `termination` checks them."""
 
@@ -246,23 +254,26 @@ def base_reward(speed_kmh: float, distance: float, theta: float, distances) -> f
 class RouteRules:
     """Which early stops apply and their limits (VLM-RL ``early_stop=True``; spec 2.5).
 
-    VLM-RL's evaluation turns off-track and too-fast off; `CarlaNavigationEnv` keeps them in every
-    mode (this project's foundation; see its docstring).
+    The defaults are VLM-RL's training rules; `evaluation_rules` gives its evaluation's (off-track and too-fast
+    off, the no-progress stop on).
 
     Attributes:
         max_distance: Off-track beyond this distance from the route [m] (`MAX_DISTANCE`); inf: never.
         max_speed_kmh: Too fast above this speed [km/h] (`MAX_SPEED_KMH`); inf: never.
         stop_speed_kmh: Stopped below this speed [km/h] (`STOP_SPEED_KMH`).
         stop_time: Stopped this long in a row [s] ends the episode (`STOP_TIME`), > 0.
+        no_progress_time: `NO_PROGRESS` once this long has passed [s] with the first waypoint not yet passed;
+            inf (default, training): never; `EVAL_NO_PROGRESS_TIME` in VLM-RL's evaluation.
     """
 
     max_distance: float = MAX_DISTANCE
     max_speed_kmh: float = MAX_SPEED_KMH
     stop_speed_kmh: float = STOP_SPEED_KMH
     stop_time: float = STOP_TIME
+    no_progress_time: float = math.inf
 
     def __post_init__(self) -> None:
-        for name in ("max_distance", "max_speed_kmh", "stop_speed_kmh", "stop_time"):
+        for name in ("max_distance", "max_speed_kmh", "stop_speed_kmh", "stop_time", "no_progress_time"):
             value = getattr(self, name)
             if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):  # NaN fails too
                 raise ValueError(f"{name}={value!r}: must be a number > 0")
@@ -280,9 +291,25 @@ class RouteRules:
         return math.ceil(self.stop_time / dt - 1e-9)
 
 
+def evaluation_rules(stop_time: float = STOP_TIME) -> RouteRules:
+    """VLM-RL's evaluation early stops (``eval=True`` and ``eval.py``; spec 2.5).
+
+    No off-track, no too-fast, the stop rule, and `NO_PROGRESS` after `EVAL_NO_PROGRESS_TIME`.
+
+    Example:
+        >>> r = evaluation_rules()
+        >>> r.max_distance, r.max_speed_kmh, r.no_progress_time
+        (inf, inf, 10.0)
+    """
+    return RouteRules(max_distance=math.inf, max_speed_kmh=math.inf, stop_time=stop_time,
+                      no_progress_time=EVAL_NO_PROGRESS_TIME)
+
+
 def termination(rules: RouteRules, collided: bool, distance: float, speed_kmh: float, stopped_ticks: int,
-                dt: float, reached_end: bool) -> str | None:
-    """Why the episode ends now, or None: the first failure of `FAILURES` that holds, else `SUCCESS`.
+                dt: float, reached_end: bool, ticks: int = 0, index: int = 1) -> str | None:
+    """Why the episode ends now, or None.
+
+    The first failure of `FAILURES` that holds, then `NO_PROGRESS`, then `SUCCESS`.
 
     Args:
         rules: The limits.
@@ -292,6 +319,8 @@ def termination(rules: RouteRules, collided: bool, distance: float, speed_kmh: f
         stopped_ticks: Ticks in a row with the speed below ``rules.stop_speed_kmh``, this one included.
         dt: Tick length [s].
         reached_end: The ego has passed the route's last waypoint.
+        ticks: Ticks since the reset, this one included (for `RouteRules.no_progress_time`).
+        index: The current waypoint (0: the first not yet passed).
 
     Example:
         >>> termination(RouteRules(), False, 3.5, 20.0, 0, 0.05, False)
@@ -307,6 +336,8 @@ def termination(rules: RouteRules, collided: bool, distance: float, speed_kmh: f
         return TOO_FAST
     if stopped_ticks >= rules.stop_ticks(dt):
         return STOPPED
+    if index == 0 and ticks * dt >= rules.no_progress_time - 1e-9:
+        return NO_PROGRESS
     if reached_end:
         return SUCCESS
     return None
@@ -510,13 +541,21 @@ class RouteTracker:
                  distance_std_factor(self.history))
         base = terms[0] * terms[1] * terms[2] * terms[3]
         end = termination(self.rules, collided, distance, speed_kmh, self.stopped_ticks, self.dt,
-                          self.index >= len(self.waypoints) - 1)
+                          self.index >= len(self.waypoints) - 1, n, self.index)
         reward = PENALTY if end in FAILURES else base
         self.reward_sum, self.reward_m2 = _welford(self.reward_sum, self.reward_m2, n, reward)
         self.end = end
         if end == COLLISION:
             self.collision_speed = speed_kmh
         return RouteStep(distance, theta, *terms, base, reward, end)
+
+    def arrive(self) -> None:
+        """Mark the route done (the episode ended at the goal).
+
+        The current waypoint becomes the last one, so `routes_completed` is 1, as VLM-RL's, whose episode ends
+        at the last waypoint.
+        """
+        self.index = len(self.waypoints) - 1
 
     def _std(self, m2: float) -> float:
         """Sample standard deviation (ddof 1, pandas' ``std``) from a Welford sum; 0 below two ticks."""

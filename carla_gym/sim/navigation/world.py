@@ -46,6 +46,7 @@ lane point when it has no route, so in a junction it may count on an overlapping
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from functools import cache
 
@@ -392,6 +393,22 @@ class NavWorld:
     def agent(self) -> AgentParams | None:
         """The ego autopilot's parameters (`carla_gym.sim.agents.agent_params` of `set_goal`), None without one."""
         return self._agent
+
+    def ego_light(self) -> tuple[int, float]:
+        """The light governing the ego and the distance from its front bumper to that light's stop line.
+
+        Returns:
+            ``(state, distance)``: a `carla_gym.sim.town.Light` value (``Light.NONE`` = -1 without one) of the
+            light at the end of ``ego_location.lane``, and the distance [m] along the lane (negative past the
+            line; ``inf`` without a light). The stop line lies ``town.crosswalk_width + STOP_LINE_MARGIN`` before
+            the lane's end, where NPCs stop.
+        """
+        lane = self.ego_location.lane
+        state = int(self.lights[lane])
+        if state == Light.NONE:
+            return state, math.inf
+        stop = self.town.lanes[lane].length - self.town.crosswalk_width - STOP_LINE_MARGIN
+        return state, stop - self.ego_location.s - 0.5 * float(self.vehicles.length[0])
 
     def route_done(self) -> bool:
         """Whether the ego's autopilot has reached the end of its route (False without a route)."""
