@@ -460,20 +460,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return (evaluate_nav if nav else evaluate)(args, config, trainer)
 
 
+def eval_chat(args: Args, config, trainer):
+    """The trained model in eval mode as a greedy chat policy, and the tool-calling turns TRL allowed it.
+
+    Returns:
+        ``(chat, turns)``: a `carla_gym.llm.rollout.TransformersChat` with ``--eval-max-new-tokens`` and the run's
+        chat template arguments; ``max_tool_calling_iterations`` (``sys.maxsize`` where TRL sets no limit).
+    """
+    from carla_gym.llm.rollout import TransformersChat
+
+    trainer.model.eval()
+    chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
+                            chat_template_kwargs=config.chat_template_kwargs or {})
+    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations
+    return chat, turns
+
+
 def evaluate(args: Args, config, trainer) -> int:
     """The trained model and the oracle on every scenario (`agents.evaluation`); eval.jsonl, eval.csv/md/json.
 
     Returns:
         0, or 130 after Ctrl-C (the episodes played so far are summarised).
     """
-    from carla_gym.llm.rollout import TransformersChat
-
     out = Path(config.output_dir)
-    trainer.model.eval()
-    chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
-                            chat_template_kwargs=config.chat_template_kwargs or {})
+    chat, turns = eval_chat(args, config, trainer)
     url = args.env_urls[0] if args.env_urls else None
-    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations  # TRL's
     agents = [ChatAgent(AGENT, chat, vision=args.vision, max_tool_calling_iterations=turns, base_url=url,
                         ticks_per_action=args.ticks_per_action, image_size=args.image_size),
               oracle_agent({"ticks_per_action": args.ticks_per_action,
@@ -519,13 +530,10 @@ def evaluate_nav(args: Args, config, trainer) -> int:
     """
     from agents.nav_summary import nav_markdown, nav_row
     from carla_gym.llm.nav_tools import NavToolEnv
-    from carla_gym.llm.rollout import TransformersChat, play_episode
+    from carla_gym.llm.rollout import play_episode
 
     out = Path(config.output_dir)
-    trainer.model.eval()
-    chat = TransformersChat(trainer.model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
-                            chat_template_kwargs=config.chat_template_kwargs or {})
-    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations
+    chat, turns = eval_chat(args, config, trainer)
     records: list[dict] = []
     code = 0
     with NavToolEnv(vision=args.vision, image_size=args.image_size, ticks_per_action=args.ticks_per_action,

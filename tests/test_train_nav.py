@@ -6,9 +6,7 @@ steps and evaluate one or two of VLM-RL's evaluation routes.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import pickle
 import sys
@@ -21,6 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # train_sb3.py is a script at the repository root
     sys.path.insert(0, str(REPO))
+
+from test_train_sb3 import refusal, run_main  # noqa: E402 - the helpers of train_sb3's own tests
 
 import train_sb3  # noqa: E402
 from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
@@ -38,24 +38,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def run_main(*argv: str) -> str:
-    """``train_sb3.main(argv)`` in this process; returns what it printed."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        train_sb3.main(list(argv))
-    return out.getvalue()
-
-
-def refusal(*argv: str) -> str:
-    """The message ``train_sb3.main(argv)`` exits with: its ``sys.exit`` text or argparse's error."""
-    err, out = io.StringIO(), io.StringIO()
-    with pytest.raises(SystemExit) as caught, contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        train_sb3.main(list(argv))
-    code = caught.value.code
-    assert code not in (0, None), "exited with success"
-    return code if isinstance(code, str) else err.getvalue()
 
 
 # -- flags: navigation defaults and refusals ----------------------------------------------------------------
