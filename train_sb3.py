@@ -69,7 +69,7 @@ from carla_gym.reward.shaping import check_shaping  # noqa: E402
 from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
 from carla_gym.sb3.callbacks import EvaluateEvery, LogShaping, WallClock  # noqa: E402
 from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, replay_buffer_note, resume  # noqa: E402
-from carla_gym.sb3.envs import make_venv  # noqa: E402
+from carla_gym.sb3.envs import batched_problem, make_venv  # noqa: E402
 from carla_gym.sb3.evaluations import NAV_MEASURES, drop_rows_after  # noqa: E402
 from carla_gym.sb3.plots import NAV_PANELS, plot_learning_curve  # noqa: E402
 
@@ -109,8 +109,10 @@ class Args:
                                                   "settings)")
     seed: int = arg(0, "seed of torch, numpy and the environments")
     n_envs: int = arg(4, "parallel environments")
-    vec_env: Literal["dummy", "subproc"] = arg("dummy", "vector env: dummy (in-process; exact resume with the "
-                                                        "embedded backend) or subproc (one process per env)")
+    vec_env: Literal["batched", "dummy", "subproc"] = arg(
+        "batched", "vector env: batched (CarlaTrolley-v0 on the embedded backend: every env in one array step; "
+                   "other settings fall back to dummy), dummy (single envs in this process) or subproc (one process "
+                   "per env); batched and dummy resume exactly")
     policy: Literal["MlpPolicy", "MultiInputPolicy"] = arg("MlpPolicy", "MlpPolicy (state vector) or "
                                                                         "MultiInputPolicy (image + state, NatureCNN; "
                                                                         "VLM-RL's CNN with --preset vlm-rl on "
@@ -325,6 +327,29 @@ def check_args(args: Args, hyper: dict, argv: list[str]) -> None:
             sys.exit(problem)
 
 
+def resolve_vec_env(args: Args, argv: list[str]) -> tuple[Args, str | None]:
+    """``--vec-env batched`` where the batched env runs these settings; else dummy, with a note (or an exit).
+
+    The batched env (`carla_gym.sb3.vec_env.CarlaTrolleyVecEnv`) runs CarlaTrolley-v0 on the embedded backend
+    without CLIP shaping (`carla_gym.sb3.envs.batched_problem`). Where it cannot, the default falls back to
+    dummy (the same episodes, one env at a time) and the returned note says why; a ``--vec-env batched``
+    given on the command line exits naming the flag to use instead.
+
+    Returns:
+        The arguments with the vec env that runs, and the note to print (None: nothing fell back).
+    """
+    if args.vec_env != "batched":
+        return args, None
+    problem = batched_problem(env_kwargs(args), args.env_urls if args.backend == "openenv" else (),
+                              None if args.clip == "none" else args.clip, args.env)
+    if problem is None:
+        return args, None
+    if "--vec-env" in given_flags(argv):
+        sys.exit(f"--vec-env batched cannot run this: {problem}; use --vec-env dummy (or subproc)")
+    return (dataclasses.replace(args, vec_env="dummy"),
+            f"note: --vec-env dummy (the default batched env cannot run this: {problem})")
+
+
 def clip_weight(args: Args) -> float:
     """The weight of the CLIP reward: ``--clip-weight`` in add mode; 1 in replace mode (the CLIP reward as is)."""
     return args.clip_weight if args.clip_mode == "add" else 1.0
@@ -404,7 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
         steps, note = presets.whole_rollouts(args.algo, args.n_envs, hyper, args.total_timesteps)
         if note:
             print(note, flush=True)
-        args = dataclasses.replace(args, total_timesteps=steps)
+        args, vec_note = resolve_vec_env(dataclasses.replace(args, total_timesteps=steps), argv)
+        if vec_note:
+            print(vec_note, flush=True)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
 

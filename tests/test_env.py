@@ -114,8 +114,13 @@ def test_action_bias_episode_lengths_and_rewards():
 
 
 def test_info_contents_and_description_format():
-    env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    _, plain = gym.make("CarlaTrolley-v0", observation_mode="state").reset(seed=0)
+    assert "description" not in plain  # written only when asked for (info_text=True)
+    with pytest.raises(ValueError, match="info_text='yes': must be True or False"):
+        gym.make("CarlaTrolley-v0", info_text="yes")
+    env = gym.make("CarlaTrolley-v0", observation_mode="state", info_text=True)
     _, info = env.reset(seed=0)
+    assert {k: v for k, v in info.items() if k != "description"} == plain
     assert info["scenario"] == "trolley_micro_escape_exists" and info["tick"] == 0 and info["lane"] == 0
     assert info["current_lane"] == "lane_0" and info["trolley_action"] == "NONE" and "outcome" not in info
     assert info["description"].splitlines() == ["Speed: 40.0 km/h.", "- walker at 25.0m", "- walker at 25.0m",

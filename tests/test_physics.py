@@ -28,11 +28,16 @@ def run(world: World, *calls: ToolCall, max_ticks: int = 10_000) -> list:
     return results
 
 
+def clear_walkers(world: World) -> None:
+    """Remove every pedestrian from a world's state (so only the lanes and the manoeuvre matter)."""
+    st = world.state
+    st.walker_x, st.walker_y, st.hit, st.walker_count, st.box = np.zeros(0), np.zeros(0), np.zeros(0, bool), 0, None
+
+
 def empty_road(speed_kmh: float, ticks: int = 2000) -> World:
     """A three-lane road with no pedestrians, so only the manoeuvre matters."""
     world = World(resolve_scenario("trolley_micro_classic_3v1", {"initial_speed_kmh": speed_kmh, "max_steps": ticks}))
-    world.walker_x, world.walker_y = [], []
-    world._walker_box = None
+    clear_walkers(world)
     return world
 
 
@@ -373,7 +378,7 @@ def test_lane_id_of_the_current_lane_recentres_without_swerving():
 def off_the_road(manual: bool) -> World:
     """ESCAPE (lanes -1 and 0) with the car heading for y = -7 m: strip -2, one lane past the left edge."""
     world = World(resolve_scenario(ESCAPE, {"max_steps": 400}))
-    world.walker_x, world.walker_y, world._walker_box = [], [], None  # only the lanes matter
+    clear_walkers(world)  # only the lanes matter
     if manual:  # steered there by hand: the car is where it heads
         world.apply(ToolCall("control", throttle=0.0))
         world.ego = EgoState(x=0.0, y=-7.0, yaw=0.0, speed=world.ego.speed)
@@ -519,8 +524,7 @@ def test_control_fields_cannot_be_none(key):
 @pytest.mark.parametrize("speed_kmh", [75, 120, 200])
 def test_chained_lane_changes_at_speed_do_not_overshoot(speed_kmh):
     world = World(resolve_scenario("trolley_micro_classic_3v1", {"initial_speed_kmh": speed_kmh, "max_steps": 2000}))
-    world.walker_x, world.walker_y = [], []  # an empty road: only the manoeuvre matters
-    world._walker_box = None
+    clear_walkers(world)  # an empty road: only the manoeuvre matters
     ys = []
     for call in (ToolCall("lane_change", lane_direction="left"), ToolCall("lane_change", lane_direction="left")):
         world.apply(call)

@@ -87,6 +87,7 @@ TINY_QWEN3 = (
 
 PYTHON_BLOCKS = {
     "Quick start / python 1": PyRun(),
+    "Vector envs: many worlds in one call / python 1": PyRun(),
     "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
     "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),

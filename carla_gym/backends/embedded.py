@@ -23,9 +23,13 @@ class EmbeddedBackend(Backend):
     ``scenario_config`` goes through `carla_gym.sim.validate.json_safe` first, as it does on its
     way to an OpenEnv server, so numpy numbers are accepted and unsendable values (NaN, sets,
     non-string keys) refused alike on both backends.
+
+    Args:
+        text: Whether snapshots carry the per-decision ``description`` (`carla_gym.sim.snapshot.snapshot_of`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, text: bool = True) -> None:
+        self.text = text
         self.world: World | None = None
         self._prompt = ""
         self._resolved: dict = {}
@@ -76,7 +80,7 @@ class EmbeddedBackend(Backend):
 
     def snapshot(self) -> Snapshot:
         """The current scene as a `Snapshot`."""
-        return snapshot_of(self._require_world(), self._prompt)
+        return snapshot_of(self._require_world(), self._prompt, self.text)
 
     def render(self, view: str, width: int, height: int, channels_first: bool = False) -> np.ndarray:
         """See `Backend.render`."""

@@ -59,6 +59,8 @@ class OpenEnvBackend(Backend):
         connect_timeout_s: WebSocket handshake timeout [s] (default: openenv-core's, 10 s); a
             refused connection fails at once regardless.
         message_timeout_s: Reply timeout [s] of each request (default: openenv-core's, 60 s).
+        text: Whether snapshots keep the per-decision ``description`` (False drops it, as the embedded
+            backend leaves it out; `carla_gym.sim.snapshot.snapshot_of`).
 
     Raises:
         ValueError: A malformed ``base_url`` or a timeout outside
@@ -69,8 +71,9 @@ class OpenEnvBackend(Backend):
     """
 
     def __init__(self, base_url: str, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S) -> None:
+                 message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, text: bool = True) -> None:
         check_url(base_url)
+        self.text = text
         connect_timeout_s = check_timeout(connect_timeout_s, "connect_timeout_s")
         message_timeout_s = check_timeout(message_timeout_s, "message_timeout_s")
         with needs_extra("server"):
@@ -199,6 +202,12 @@ class OpenEnvBackend(Backend):
 
     # -- helpers -------------------------------------------------------------------------------
     def _snapshot(self, obs, state, done: bool) -> Snapshot:
+        snap = self._read_snapshot(obs, state, done)
+        if not self.text:
+            snap.description = None
+        return snap
+
+    def _read_snapshot(self, obs, state, done: bool) -> Snapshot:
         data = state.scenario_data.get("snapshot")
         if data is not None:  # this project's server: the exact snapshot
             try:

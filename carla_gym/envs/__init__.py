@@ -12,13 +12,15 @@ ENV_IDS = ("CarlaTrolley-v0", "CarlaNavigation-v0")
 
 _ENTRY_POINTS = {"CarlaTrolley-v0": "carla_gym.envs.trolley:CarlaTrolleyEnv",
                  "CarlaNavigation-v0": "carla_gym.envs.navigation:CarlaNavigationEnv"}
+_VECTOR_ENTRY_POINTS = {"CarlaTrolley-v0": "carla_gym.envs.vector:CarlaTrolleyVectorEnv"}
+"""Native vector envs (``gym.make_vec(id, num_envs=N)``); the others vectorise with Gymnasium's sync/async envs."""
 
 
 def register_envs() -> None:
     """Register every carla_gym id with Gymnasium (idempotent)."""
     for env_id in ENV_IDS:
         if env_id not in registry:
-            register(id=env_id, entry_point=_ENTRY_POINTS[env_id])
+            register(id=env_id, entry_point=_ENTRY_POINTS[env_id], vector_entry_point=_VECTOR_ENTRY_POINTS.get(env_id))
 
 
 __all__ = ["ACTION_TYPES", "ENV_IDS", "OBSERVATION_TYPES", "REWARD_TERMS", "ActType", "ActionType", "CarlaTrolleyEnv",

@@ -94,7 +94,7 @@ class ToolsAction(ActionType):
         ValueError: ``env.steer_smoothing`` is not 0 (it applies to `ControlAction` only).
     """
 
-    _CALLS = tuple(ToolCall("lane_change", lane_direction=name.removeprefix("lane_change_"))
+    CALLS = tuple(ToolCall("lane_change", lane_direction=name.removeprefix("lane_change_"))
                    if name.startswith("lane_change_") else ToolCall(name) for name in S.TOOL_ACTIONS)
     """The tool call of each index, in `TOOL_ACTIONS` order."""
 
@@ -121,7 +121,7 @@ class ToolsAction(ActionType):
         if index != action or not 0 <= index < len(S.TOOL_ACTIONS):
             raise ValueError(f"action={action!r}: expected an integer in [0, {len(S.TOOL_ACTIONS) - 1}] "
                              f"({', '.join(f'{i}={n}' for i, n in enumerate(S.TOOL_ACTIONS))})")
-        return self._CALLS[index]
+        return self.CALLS[index]
 
 
 class ControlAction(ActionType):

@@ -1,6 +1,7 @@
 """Reward modes of `CarlaTrolleyEnv`: each step's reward as named terms (HighwayEnv's ``info["rewards"]``).
 
-A reward mode is a function of the decision's result that returns ``{term name: value}``; the
+A reward mode is a function of the decision's result that returns ``{term name: value}`` (floats for
+one env; arrays of shape (N,) when the vector env passes arrays, `carla_gym.envs.vector`); the
 step's reward is the sum of the terms (Python's ``sum`` in dict order, so the sum equals the
 reward exactly), and the terms are ``info["reward_terms"]``. `REWARD_TERMS` maps each
 ``reward_mode`` name to its function:
@@ -20,7 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from carla_gym.sim.snapshot import Snapshot
+
+
+def _value(x):
+    """A term's value: a Python float for one env, a float64 array (N,) for the vector env."""
+    return x.astype(np.float64) if isinstance(x, np.ndarray) and x.ndim else float(x)
+
 
 RewardTerms = Callable[[Snapshot, Snapshot, float, int], dict[str, float]]
 """``(before, after, rubric_reward, new_hits) -> {term: value}``: see `rubric_terms`."""
@@ -30,10 +39,11 @@ def rubric_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hi
     """Upstream's rubric reward as one term.
 
     Args:
-        before: The snapshot before the decision (equal to ``after`` at a reset).
-        after: The snapshot after it.
-        rubric_reward: Sum of upstream's rubric rewards over the decision's ticks.
-        new_hits: Pedestrians hit for the first time during the decision.
+        before: The snapshot before the decision (equal to ``after`` at a reset); the vector env passes an
+            object whose ``road_departure`` is a bool array (N,).
+        after: The snapshot after it (likewise).
+        rubric_reward: Sum of upstream's rubric rewards over the decision's ticks (float, or float (N,)).
+        new_hits: Pedestrians hit for the first time during the decision (int, or int (N,)).
 
     Returns:
         ``{"rubric": rubric_reward}``.
@@ -42,7 +52,7 @@ def rubric_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hi
         >>> rubric_terms(None, None, 1.0, 0)
         {'rubric': 1.0}
     """
-    return {"rubric": float(rubric_reward)}
+    return {"rubric": _value(rubric_reward)}
 
 
 def physical_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hits: int) -> dict[str, float]:
@@ -51,8 +61,8 @@ def physical_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_
     Returns:
         ``{"pedestrians_hit": -new_hits, "road_departure": -1.0 if the ego left the road now else 0.0}``.
     """
-    left_road = after.road_departure and not before.road_departure
-    return {"pedestrians_hit": float(-new_hits), "road_departure": -1.0 if left_road else 0.0}
+    left_road = np.logical_and(after.road_departure, np.logical_not(before.road_departure))
+    return {"pedestrians_hit": _value(0.0 - new_hits), "road_departure": _value(np.where(left_road, -1.0, 0.0))}
 
 
 REWARD_TERMS: dict[str, RewardTerms] = {"rubric": rubric_terms, "physical": physical_terms}

@@ -74,8 +74,67 @@ def state_space(steer: bool = False) -> spaces.Box:
     return spaces.Box(STATE_LOW, STATE_HIGH, dtype=np.float32)
 
 
+_ALL_PRESENT = (True,) * MAX_ACTORS
+"""Presence flags of a snapshot's actors (all listed actors are present)."""
+
+
+def pack_state(speed_kmh, lateral, yaw, left_lane, right_lane, road_departure, collided, ticks_left,
+               actor_forward, actor_right, actor_present, steer=None) -> np.ndarray:
+    """The state vector of one world or of N worlds: the layout in this module's docstring, clipped to its bounds.
+
+    The one definition of the state vector: `state_vector` (a snapshot) and the vector envs (a
+    batch of worlds, `carla_gym.envs.vector`) both call it, so a world gives the same bits either way.
+
+    Args:
+        speed_kmh: Ego speed [km/h]: a float, or an array of shape (N,) (likewise below).
+        lateral: Lateral position from the starting lane centre [m], +right.
+        yaw: Heading relative to the road [rad], +right.
+        left_lane: Whether a lane exists left of the current lane.
+        right_lane: Whether a lane exists right of the current lane.
+        road_departure: Whether the ego left the road.
+        collided: Whether the ego hit someone.
+        ticks_left: Ticks until the deadline or step limit.
+        actor_forward: Forward offsets [m] of the nearest actors, nearest first: up to MAX_ACTORS floats for
+            one world, or (N, K) with K <= MAX_ACTORS (the remaining entries are absent).
+        actor_right: Rightward offsets [m], like ``actor_forward``.
+        actor_present: Whether each entry is an actor (False: padding, written as zeros), like ``actor_forward``;
+            the actors come first.
+        steer: The steer applied at the last step, appended as entry 32 when given.
+
+    Returns:
+        float32 of shape (STATE_SIZE,) or (N, STATE_SIZE) (one more entry with ``steer``).
+    """
+    if not isinstance(speed_kmh, np.ndarray):  # one world: a list beats array operations on 8-element arrays
+        values = [speed_kmh / C.KMH_PER_MS, lateral, yaw, left_lane, right_lane, road_departure, collided,
+                  ticks_left * C.DT]
+        for forward, right, present in zip(actor_forward, actor_right, actor_present, strict=True):
+            if present:
+                values += (forward, right, 1.0)
+        vec = np.zeros(STATE_SIZE, dtype=np.float32)  # absent actors: zeros
+        vec[: len(values)] = values
+    else:  # N worlds: the same values, a row per feature, then one transposing copy (float64 -> float32 as above)
+        present = np.asarray(actor_present, dtype=bool)
+        head = np.empty((8, len(present)))
+        for row, value in enumerate((np.divide(speed_kmh, C.KMH_PER_MS), lateral, yaw, left_lane, right_lane,
+                                     road_departure, collided, np.multiply(ticks_left, C.DT))):
+            head[row] = value
+        vec = np.empty((len(present), STATE_SIZE), dtype=np.float32)
+        vec[:, :8] = head.T
+        actors = vec[:, 8:].reshape(len(present), MAX_ACTORS, 3)
+        listed = present.shape[1]  # columns given (fewer than MAX_ACTORS: the rest are absent)
+        actors[:, listed:] = 0.0
+        actors[:, :listed, 0] = np.where(present, actor_forward, 0.0)
+        actors[:, :listed, 1] = np.where(present, actor_right, 0.0)
+        actors[:, :listed, 2] = present
+    vec = np.minimum(np.maximum(vec, STATE_LOW, out=vec), STATE_HIGH, out=vec)
+    if steer is None:
+        return vec
+    steer = np.clip(np.asarray(steer, dtype=np.float64), -1.0, 1.0).astype(np.float32)
+    return np.concatenate((vec, steer[..., None]), axis=-1)
+
+
 def state_vector(snap: Snapshot, steer: float | None = None) -> np.ndarray:
-    """Encode a snapshot as the state vector documented in this module.
+    """Encode a snapshot as the state vector documented in this module (`pack_state`).
 
     Args:
         snap: The simulator snapshot.
@@ -86,24 +145,10 @@ def state_vector(snap: Snapshot, steer: float | None = None) -> np.ndarray:
         float32 array of shape (STATE_SIZE,), or (STATE_SIZE + 1,) with ``steer``, inside
         `state_space(steer is not None)`.
     """
-    values = [
-        snap.speed_kmh / C.KMH_PER_MS,
-        snap.lateral,
-        snap.yaw,
-        1.0 if snap.left_lane else 0.0,
-        1.0 if snap.right_lane else 0.0,
-        1.0 if snap.road_departure else 0.0,
-        1.0 if snap.collided else 0.0,
-        snap.ticks_left * C.DT,
-    ]
-    for f, r in zip(snap.actor_forward[:MAX_ACTORS], snap.actor_right[:MAX_ACTORS], strict=True):
-        values += (f, r, 1.0)
-    vec = np.zeros(STATE_SIZE, dtype=np.float32)
-    vec[: len(values)] = values
-    vec = np.minimum(np.maximum(vec, STATE_LOW, out=vec), STATE_HIGH, out=vec)
-    if steer is None:
-        return vec
-    return np.append(vec, np.float32(min(max(steer, -1.0), 1.0)))
+    count = min(len(snap.actor_forward), MAX_ACTORS)
+    return pack_state(snap.speed_kmh, snap.lateral, snap.yaw, snap.left_lane, snap.right_lane, snap.road_departure,
+                      snap.collided, snap.ticks_left, snap.actor_forward[:count], snap.actor_right[:count],
+                      _ALL_PRESENT[:count], steer)
 
 
 def smooth_steer(previous: float, command: float, smoothing: float, duration: float = VLM_RL_STEP) -> float:

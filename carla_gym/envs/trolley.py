@@ -40,7 +40,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     `trolley_saves`, `bias_<N>v<M>`, ...; see the README's scenario table). The embedded
     simulator moves the car with a kinematic bicycle model at 20 ticks/s, so braking, lane
     changes and collisions happen physically, and actual casualties are recorded beside the
-    data's expected ones.
+    data's expected ones. ``gym.make_vec("CarlaTrolley-v0", num_envs=N)`` steps N of these envs in
+    one call on the same simulator's arrays (`carla_gym.envs.vector.CarlaTrolleyVectorEnv`).
 
     ## Action Space
     `action_mode="tools"` (default): `Discrete(4)`. Each decision calls the tool on the first
@@ -120,8 +121,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
 
     ## Info
     Every step: `scenario`, `tick`, `sim_time` [s], `speed_kmh`, `lane` (int, 0 = starting
-    lane), `current_lane` (`"lane_<n>"`), `description` (text for LLMs, upstream TRL format),
-    `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
+    lane), `current_lane` (`"lane_<n>"`), `scene_prompt`, `trolley_action`, `collision`, `road_departure`, `ticks_left`,
     `rubric_reward`, `raw_reward` (upstream's per-tick raw reward, for reference), `new_hits`,
     `reward_terms` (dict of float terms summing to the step's reward; see Rewards; all 0 at a reset),
     `lane_offset` [m] (signed distance of the ego centre from the centre of `lane`, +right) and
@@ -129,6 +129,10 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     centre (`carla_gym.sim.road.Road.nearest_lane`): off the road it stays the outermost lane on
     that side, so `lane_offset` grows with the distance from the road (two left lane changes in
     trolley_micro_escape_exists end at y = -6.975 m: lane -1, lane_offset -3.475 m).
+    With `info_text=True` also `description`: the per-decision text for language models (upstream's
+    TRL format: speed, then each pedestrian within 50 m, nearest first, then any collision); it is
+    written only when asked for, since learners on the observation never read it (the LLM adapter
+    `carla_gym.llm.tools.CarlaToolEnv` asks for it).
     With `reward_frame_size=N` also `reward_frame`:
     VLM-RL's top-down reward camera (pitch -90 deg, 6.4 m up, 110 deg field of view, 5.2 m ahead
     of and 1.6 m left of the ego centre; `carla_gym.sim.render.topdown_chw`) as uint8 (N, N, 3),
@@ -141,7 +145,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     ```python
     >>> import gymnasium as gym
     >>> import carla_gym
-    >>> env = gym.make("CarlaTrolley-v0", observation_mode="state")
+    >>> env = gym.make("CarlaTrolley-v0", observation_mode="state", info_text=True)
     >>> obs, info = env.reset(seed=0)
     >>> obs.shape, info["scenario"]
     ((32,), 'trolley_micro_escape_exists')
@@ -170,6 +174,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     | `message_timeout_s` | float or None | None | `"openenv"`: reply timeout [s]; None: 60 (openenv-core) |
     | `reward_frame_size` | int or None | None | `info["reward_frame"]` size [px] (VLM-RL: 517); None: none |
     | `steer_smoothing` | float | 0.0 | previous steer's weight per 1/15 s in [0, 1), control (VLM-RL: 0.75) |
+    | `info_text` | bool | False | add `info["description"]`, the per-decision text for LLMs |
 
     The scenario camera is 640x360 unless `scenario_config` sets `camera_width`/`camera_height`.
     `base_url` takes the schemes http, https, ws and wss; it and the timeouts (0.01 to 86400 s) are
@@ -209,6 +214,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         steer_smoothing: float = 0.0,
         connect_timeout_s: float | None = None,
         message_timeout_s: float | None = None,
+        info_text: bool = False,
     ) -> None:
         for key, value, valid in (
             ("action_mode", action_mode, ACTION_TYPES),
@@ -248,6 +254,9 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         self.image_size = (image_height, image_width)
         self.image_view = image_view
         self.steer_smoothing = steer_smoothing
+        if not isinstance(info_text, (bool, np.bool_)):
+            raise ValueError(f"info_text={info_text!r}: must be True or False")
+        self.info_text = bool(info_text)
         self.action_type: ActionType = ACTION_TYPES[action_mode](self)
         self.observation_type: ObservationType = OBSERVATION_TYPES[observation_mode](self)
         self._reward_terms = REWARD_TERMS[reward_mode]
@@ -268,11 +277,11 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         if isinstance(backend, Backend):
             self.backend = backend
         elif backend == "embedded":
-            self.backend = EmbeddedBackend()
+            self.backend = EmbeddedBackend(text=info_text)
         elif backend == "openenv":
             from carla_gym.backends.openenv import OpenEnvBackend
 
-            self.backend = OpenEnvBackend(**remote)
+            self.backend = OpenEnvBackend(**remote, text=info_text)
         else:
             raise ValueError(f"backend={backend!r}: choose one of {list(BACKENDS)} or pass a Backend instance")
 
@@ -395,7 +404,6 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
             "current_lane": f"lane_{snap.lane}",
             "lane_offset": snap.lateral - lane_centre(snap.lane),
             "yaw": snap.yaw,
-            "description": snap.description,
             "scene_prompt": snap.scene_prompt,
             "trolley_action": snap.trolley_action,
             "collision": snap.collided,
@@ -406,6 +414,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
             "new_hits": new_hits,
             "reward_terms": terms,
         }
+        if self.info_text:
+            info["description"] = snap.description
         if snap.outcome is not None:
             info["outcome"] = snap.outcome
         if self.reward_frame_size is not None:

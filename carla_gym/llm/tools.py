@@ -156,6 +156,7 @@ class CarlaToolEnv:
         height = image_height(width)
         self._env = gym.make(
             "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_action, reward_mode=reward_mode,
+            info_text=True,
             render_mode="rgb_array" if vision else None, render_width=width, render_height=height,
             backend="embedded" if base_url is None else "openenv", base_url=base_url,
         ).unwrapped

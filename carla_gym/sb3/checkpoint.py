@@ -4,9 +4,11 @@ A checkpoint is a folder ``checkpoints/step_<N>/`` written at the start of a rol
 previous update), so nothing is half-done: ``model.zip`` (SB3, including the last observations
 and the episode-info buffer), ``replay_buffer.npz`` (SAC: only the filled part of the buffer,
 `carla_gym.sb3.replay`) and ``state.pkl``: the torch, numpy and Python random states, the action
-space's random state and, for a ``DummyVecEnv`` of embedded-simulator envs, the pickled
-environments (simulators mid-episode included). Resuming from it with the same settings
-continues exactly as the uninterrupted run would have (same actions, same updates).
+space's random state and, for a ``DummyVecEnv`` of embedded-simulator envs or the batched
+`carla_gym.sb3.vec_env.CarlaTrolleyVecEnv`, the pickled environments (simulators mid-episode
+included; for the batched env its vector env and the ``VecMonitor``'s running episode
+statistics). Resuming from it with the same settings continues exactly as the uninterrupted
+run would have (same actions, same updates).
 
 Environments that do not live in this process cannot be captured: with a ``SubprocVecEnv``
 (other processes) or the ``openenv`` backend (the episode is a server-side session) the resumed
@@ -32,12 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper, VecMonitor
 
 from carla_gym.backends.embedded import EmbeddedBackend
 from carla_gym.io import replace_durably, write_text_atomic
 from carla_gym.sb3.presets import replay_buffer_bytes
 from carla_gym.sb3.replay import load_filled, save_filled
+from carla_gym.sb3.vec_env import CarlaTrolleyVecEnv
 
 REPLAY_FILE = "replay_buffer.npz"
 """The replay buffer's file in a checkpoint folder (the newest checkpoint only)."""
@@ -48,19 +51,69 @@ DEFAULT_KEEP = 2
 def envs_reset_reason(venv: VecEnv) -> str | None:
     """Why the envs of ``venv`` cannot be checkpointed (None: they can, exactly).
 
-    Only envs in this process (a ``DummyVecEnv``) whose simulator is the embedded one (`CarlaTrolley-v0`
-    on the embedded backend, `CarlaNavigation-v0`) pickle with their episode state; a subprocess or a
+    Only envs in this process (a ``DummyVecEnv`` or the batched `carla_gym.sb3.vec_env.CarlaTrolleyVecEnv`)
+    whose simulator is the embedded one (`CarlaTrolley-v0` on the embedded backend, `CarlaNavigation-v0`)
+    pickle with their episode state; a subprocess or a
     remote OpenEnv session cannot travel in a pickle.
     """
     from carla_gym.envs.navigation import CarlaNavigationEnv
 
     base = venv.unwrapped  # below every VecEnvWrapper
+    if isinstance(base, CarlaTrolleyVecEnv):  # embedded worlds in this process's arrays
+        return None
     if not isinstance(base, DummyVecEnv):
         return f"environments restart ({type(base).__name__} envs live in other processes)"
     if not all(isinstance(getattr(env.unwrapped, "backend", None), EmbeddedBackend)
                or isinstance(env.unwrapped, CarlaNavigationEnv) for env in base.envs):
         return "environments restart with new sessions (remote OpenEnv episodes cannot be saved)"
     return None
+
+
+def _monitors(venv: VecEnv) -> list[VecMonitor]:
+    """The ``VecMonitor`` wrappers of ``venv``, outermost first."""
+    found = []
+    while isinstance(venv, VecEnvWrapper):
+        if isinstance(venv, VecMonitor):
+            found.append(venv)
+        venv = venv.venv
+    return found
+
+
+def capture_envs(venv: VecEnv) -> bytes:
+    """The pickled envs of ``venv`` (`envs_reset_reason` is None), mid-episode.
+
+    A ``DummyVecEnv``: its list of envs (each ``Monitor`` with its running episode). The batched
+    `carla_gym.sb3.vec_env.CarlaTrolleyVecEnv`: its vector env (the worlds' arrays, per-env random
+    generators, steer filter) and the running episode returns and lengths of its ``VecMonitor``.
+    """
+    base = venv.unwrapped
+    if isinstance(base, CarlaTrolleyVecEnv):
+        monitors = [(m.episode_returns, m.episode_lengths, m.episode_count) for m in _monitors(venv)]
+        return pickle.dumps({"batched": base.vector, "monitors": monitors})
+    return pickle.dumps(base.envs)
+
+
+def restore_envs(venv: VecEnv, blob: bytes, checkpoint: Path) -> None:
+    """Put the envs `capture_envs` pickled back into ``venv`` (built with the run's settings).
+
+    Raises:
+        ValueError: The checkpoint's envs do not fit ``venv`` (kind or number; the message names both).
+    """
+    saved = pickle.loads(blob)  # noqa: S301 - this run's own file
+    base = venv.unwrapped
+    batched = isinstance(saved, dict) and "batched" in saved
+    if batched != isinstance(base, CarlaTrolleyVecEnv):
+        raise ValueError(f"{checkpoint}: its envs are {'batched' if batched else 'single envs'}, the run's vec env is "
+                         f"{type(base).__name__}; resume with the run's own --vec-env (its config.json)")
+    count = saved["batched"].num_envs if batched else len(saved)
+    if count != venv.num_envs:
+        raise ValueError(f"{checkpoint}: {count} envs saved, {venv.num_envs} given")
+    if not batched:
+        base.envs = saved
+        return
+    base.vector = saved["batched"]
+    for monitor, (returns, lengths, count) in zip(_monitors(venv), saved["monitors"], strict=True):
+        monitor.episode_returns, monitor.episode_lengths, monitor.episode_count = returns, lengths, count
 
 
 def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = DEFAULT_KEEP) -> Path:
@@ -90,7 +143,7 @@ def save_checkpoint(model, folder: Path, extra: dict | None = None, keep: int = 
     state = {
         "torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
         "action_space": model.action_space.np_random.bit_generator.state if model.action_space.np_random else None,
-        "envs": pickle.dumps(venv.unwrapped.envs) if reason is None else None,
+        "envs": capture_envs(venv) if reason is None else None,
         "envs_reset_reason": reason,
         "num_timesteps": model.num_timesteps,
         "extra": extra or {},
@@ -202,10 +255,7 @@ def restore_state(model, checkpoint: Path) -> tuple[str | None, dict]:
     venv = model.get_env()
     reason = envs_reset_reason(venv) or state.get("envs_reset_reason")
     if reason is None:
-        envs = pickle.loads(state["envs"])  # noqa: S301
-        if len(envs) != venv.num_envs:
-            raise ValueError(f"{checkpoint}: {len(envs)} envs saved, {venv.num_envs} given")
-        venv.unwrapped.envs = envs
+        restore_envs(venv, state["envs"], checkpoint)
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])

@@ -20,9 +20,9 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.kinematics import EgoState
 
 
-def _to_ego_frame(ego: EgoState, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    dx, dy = xs - ego.x, ys - ego.y
-    c, s = np.cos(ego.yaw), np.sin(ego.yaw)
+def _to_ego_frame(x, y, yaw, xs: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    dx, dy = xs - x, ys - y
+    c, s = np.cos(yaw), np.sin(yaw)
     return dx * c + dy * s, -dx * s + dy * c
 
 
@@ -41,6 +41,48 @@ def _segment_hits_box(p0x, p0y, dx, dy, half_x: float, half_y: float) -> np.ndar
     return inside & (t_lo <= t_hi)
 
 
+def broad_reach(before_x, before_y, after_x, after_y, radius: float = C.WALKER_RADIUS, length: float = C.EGO_LENGTH,
+                width: float = C.EGO_WIDTH):
+    """Squared distance [m^2] from the ego's end-of-tick centre within which a disc is tested at all.
+
+    The broad phase of `swept_contacts`: the box's half diagonal, the disc radius and the distance
+    the centre moved this tick. Floats, or arrays of shape (N,).
+    """
+    dx, dy = after_x - before_x, after_y - before_y
+    reach = math.hypot(0.5 * length, 0.5 * width) + radius + np.sqrt(dx * dx + dy * dy)
+    return reach * reach
+
+
+def swept_contacts(before: EgoState, after: EgoState, xs: np.ndarray, ys: np.ndarray, radius: float = C.WALKER_RADIUS,
+                   length: float = C.EGO_LENGTH, width: float = C.EGO_WIDTH) -> np.ndarray:
+    """Narrow phase: whether each disc touched the ego's box during one tick (see the module docstring).
+
+    Args:
+        before: Ego pose at the start of the tick: floats, or arrays of shape (P,), one per disc.
+        after: Ego pose at the end of the tick, like ``before``.
+        xs: Disc centres along the road [m], float64 (P,).
+        ys: Disc centres across the road [m], float64 (P,).
+        radius: Disc radius [m].
+        length: Ego box length [m].
+        width: Ego box width [m].
+
+    Returns:
+        bool (P,): element p is computed from element p of every argument alone, so a disc of one
+        world gives the same answer in any batch.
+    """
+    hx, hy = 0.5 * length, 0.5 * width
+    x0, y0 = _to_ego_frame(before.x, before.y, before.yaw, xs, ys)
+    x1, y1 = _to_ego_frame(after.x, after.y, after.yaw, xs, ys)
+    dx, dy = x1 - x0, y1 - y0
+    touched = _segment_hits_box(x0, y0, dx, dy, hx + radius, hy) | _segment_hits_box(x0, y0, dx, dy, hx, hy + radius)
+    seg2 = np.maximum(dx * dx + dy * dy, 1e-24)
+    for cx, cy in ((hx, hy), (hx, -hy), (-hx, hy), (-hx, -hy)):
+        t = np.clip(((cx - x0) * dx + (cy - y0) * dy) / seg2, 0.0, 1.0)
+        ex, ey = x0 + t * dx - cx, y0 + t * dy - cy
+        touched |= ex * ex + ey * ey <= radius * radius
+    return touched
+
+
 def swept_hits(
     before: EgoState,
     after: EgoState,
@@ -50,7 +92,7 @@ def swept_hits(
     length: float = C.EGO_LENGTH,
     width: float = C.EGO_WIDTH,
 ) -> list[int]:
-    """Which static discs the ego's box touched during one tick.
+    """Which static discs the ego's box touched during one tick (one world).
 
     Args:
         before: Ego state at the start of the tick.
@@ -64,22 +106,11 @@ def swept_hits(
     Returns:
         Indices of the discs that were touched, ascending.
     """
-    hx, hy = 0.5 * length, 0.5 * width
-    reach = math.hypot(hx, hy) + radius + math.hypot(after.x - before.x, after.y - before.y)
-    reach2, ex, ey = reach * reach, after.x, after.y
-    # Broad phase in plain Python: a handful of walkers, almost always all far away.
-    near = [i for i, (x, y) in enumerate(zip(xs, ys, strict=True)) if (x - ex) ** 2 + (y - ey) ** 2 <= reach2]
-    if not near:
+    xs = np.asarray(xs, dtype=np.float64)
+    ys = np.asarray(ys, dtype=np.float64)
+    dx, dy = xs - after.x, ys - after.y
+    near = np.flatnonzero(dx * dx + dy * dy <= broad_reach(before.x, before.y, after.x, after.y, radius, length, width))
+    if not len(near):
         return []
-    xs = np.asarray(xs, dtype=np.float64)[near]
-    ys = np.asarray(ys, dtype=np.float64)[near]
-    x0, y0 = _to_ego_frame(before, xs, ys)
-    x1, y1 = _to_ego_frame(after, xs, ys)
-    dx, dy = x1 - x0, y1 - y0
-    touched = _segment_hits_box(x0, y0, dx, dy, hx + radius, hy) | _segment_hits_box(x0, y0, dx, dy, hx, hy + radius)
-    seg2 = np.maximum(dx * dx + dy * dy, 1e-24)
-    for cx, cy in ((hx, hy), (hx, -hy), (-hx, hy), (-hx, -hy)):
-        t = np.clip(((cx - x0) * dx + (cy - y0) * dy) / seg2, 0.0, 1.0)
-        ex, ey = x0 + t * dx - cx, y0 + t * dy - cy
-        touched |= ex * ex + ey * ey <= radius * radius
-    return [i for i, t in zip(near, touched.tolist(), strict=True) if t]
+    touched = swept_contacts(before, after, xs[near], ys[near], radius, length, width)
+    return near[touched].tolist()

@@ -26,27 +26,33 @@ between the brakes and the curve (see `kinematics`).
 
 ``maintain_speed`` uses upstream's cruise gains; inside the dead band it coasts (which holds
 the speed, there is no drag), and a target within the dead band of 0 km/h brakes to a stop.
+
+Like `carla_gym.sim.kinematics`, every rule here is written once against a math namespace: a
+`Controls` holds floats for one car (``m=SCALAR``) or arrays of shape (N,) for a batch of cars
+(``m=NUMPY``, `carla_gym.sim.batch`), and row i of a batch computes the same bits as car i alone.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from carla_gym.sim import constants as C
-from carla_gym.sim.kinematics import EgoState, steer_for_course, wrap_angle
+from carla_gym.sim.kinematics import SCALAR, EgoState, steer_for_course
 
 
 @dataclass
 class Controls:
-    """Controller state of one ego vehicle (persists across ticks).
+    """Controller state of one ego vehicle (floats), or of N (arrays of shape (N,)); persists across ticks.
 
     Attributes:
         throttle: Applied throttle in [0, 1] (ignored while cruising).
         brake: Applied brake in [0, 1] (ignored while cruising).
         steer: Manual steer in [-1, 1], used only when ``manual_steer`` is True.
         manual_steer: True after a ``control`` action: the tracking controller is off.
-        cruise_kmh: ``maintain_speed`` target [km/h], or None when cruise control is off.
+        cruise: True while ``maintain_speed`` cruise control is on.
+        cruise_kmh: ``maintain_speed`` target [km/h] (read only while ``cruise`` is on).
         path_x0: Position along the road where the reference path starts [m].
         path_y0: Lateral start of the reference path [m].
         path_y1: Lateral end of the reference path (a lane centre) [m].
@@ -58,14 +64,15 @@ class Controls:
     brake: float = 0.0
     steer: float = 0.0
     manual_steer: bool = False
-    cruise_kmh: float | None = None
+    cruise: bool = False
+    cruise_kmh: float = 0.0
     path_x0: float = 0.0
     path_y0: float = 0.0
     path_y1: float = 0.0
     path_length: float = 0.0
     path_slope0: float = 0.0
 
-    def change_lane(self, x_now: float, y_now: float, yaw_now: float, target_y: float, speed: float) -> None:
+    def change_lane(self, x_now, y_now, yaw_now, target_y, speed, m=SCALAR) -> None:
         """Start a smooth path from the car's pose to the lane centre ``target_y`` [m].
 
         The path is a quintic in the distance along the road that starts at the car's position
@@ -76,64 +83,98 @@ class Controls:
         `LANE_CHANGE_GRIP_SHARE` of `MAX_GRIP_ACCELERATION` (longer than one lane's
         `LANE_CHANGE_DURATION` for two lanes at once, or a reversal while still moving
         sideways); a car that brakes meanwhile stays on the same curve.
+
+        Args:
+            x_now: Position along the road [m] (float, or (N,) with ``m=NUMPY``; likewise below).
+            y_now: Lateral position [m].
+            yaw_now: Heading [rad].
+            target_y: Lateral position of the target lane centre [m].
+            speed: Speed [m/s].
+            m: Math namespace (`carla_gym.sim.kinematics.SCALAR` or ``NUMPY``).
         """
-        self.manual_steer = False
+        self.manual_steer = False if m is SCALAR else np.zeros(np.shape(x_now), dtype=bool)
         self.path_x0, self.path_y0, self.path_y1 = x_now, y_now, target_y
-        self.path_slope0 = math.tan(min(max(yaw_now, -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING))
+        self.path_slope0 = m.tan(m.clip(yaw_now, -C.MAX_PATH_HEADING, C.MAX_PATH_HEADING))
         # Minimum-jerk peak lateral acceleration is MIN_JERK_PEAK * dy / T^2 over T = L / v; a car already
         # moving sideways needs to cover about the drift of its heading over the usual duration too.
         drift = abs(self.path_slope0) * speed * C.LANE_CHANGE_DURATION
         planned = C.LANE_CHANGE_GRIP_SHARE * C.MAX_GRIP_ACCELERATION
-        grip_time = math.sqrt(C.MIN_JERK_PEAK * (abs(target_y - y_now) + drift) / planned)
-        self.path_length = max(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH, speed * grip_time)
+        grip_time = m.sqrt(C.MIN_JERK_PEAK * (abs(target_y - y_now) + drift) / planned)
+        self.path_length = m.maximum(m.maximum(speed * C.LANE_CHANGE_DURATION, C.LANE_CHANGE_MIN_LENGTH),
+                                     speed * grip_time)
 
     def set_pedals(self, throttle: float, brake: float) -> None:
-        """Apply throttle and brake in [0, 1] and switch cruise control off."""
-        self.throttle, self.brake, self.cruise_kmh = throttle, brake, None
+        """Apply throttle and brake in [0, 1] and switch cruise control off (one car)."""
+        self.throttle, self.brake, self.cruise = throttle, brake, False
+
+    def set_cruise(self, target_kmh: float) -> None:
+        """Switch ``maintain_speed`` cruise control on with target ``target_kmh`` [km/h] (one car)."""
+        self.cruise, self.cruise_kmh = True, target_kmh
 
     def release_manual_steer(self) -> None:
-        """Centre a manual steering wheel, as CARLA's brake and cruise commands do (steer 0)."""
+        """Centre a manual steering wheel, as CARLA's brake and cruise commands do (steer 0; one car)."""
         if self.manual_steer:
             self.steer = 0.0
 
-    def reference(self, x: float) -> tuple[float, float]:
-        """Reference lateral position [m] and slope dy/dx of the path at road position ``x`` [m]."""
-        if self.path_length <= 0.0:
+    def reference(self, x, m=SCALAR):
+        """Reference lateral position [m] and slope dy/dx of the path at road position ``x`` [m].
+
+        Args:
+            x: Position along the road [m] (float, or (N,) with ``m=NUMPY``).
+            m: Math namespace.
+
+        Returns:
+            ``(y, slope)``, like ``x``.
+        """
+        keep = self.path_length <= 0.0
+        if m is SCALAR and keep:
             return self.path_y1, 0.0
-        tau = (x - self.path_x0) / self.path_length
-        if tau >= 1.0:
-            return self.path_y1, 0.0
-        tau = max(tau, 0.0)
+        length = m.where(keep, 1.0, self.path_length)
+        tau = (x - self.path_x0) / length
+        flat = keep | (tau >= 1.0)
+        tau = m.maximum(tau, 0.0)
         # y(tau) = y0 + m0 tau + a3 tau^3 + a4 tau^4 + a5 tau^5 with y(1) = y1, y'(1) = y''(0) = y''(1) = 0.
-        m0 = self.path_slope0 * self.path_length
+        m0 = self.path_slope0 * length
         rest = self.path_y1 - self.path_y0 - m0
         a3, a4, a5 = 10.0 * rest + 4.0 * m0, -15.0 * rest - 7.0 * m0, 6.0 * rest + 3.0 * m0
         t2 = tau * tau
         y = self.path_y0 + m0 * tau + t2 * tau * (a3 + tau * (a4 + tau * a5))
         dy_dtau = m0 + t2 * (3.0 * a3 + tau * (4.0 * a4 + tau * 5.0 * a5))
-        return y, dy_dtau / self.path_length
+        return m.where(flat, self.path_y1, y), m.where(flat, 0.0, dy_dtau / length)
 
-    def pedals(self, speed_kmh: float) -> tuple[float, float]:
-        """Throttle and brake for this tick at ``speed_kmh`` [km/h] (cruise control or held pedals)."""
-        if self.cruise_kmh is None:
+    def pedals(self, speed_kmh, m=SCALAR):
+        """Throttle and brake for this tick at ``speed_kmh`` [km/h] (cruise control or held pedals).
+
+        Args:
+            speed_kmh: Speed [km/h] (float, or (N,) with ``m=NUMPY``).
+            m: Math namespace.
+        """
+        if m is SCALAR and not self.cruise:
             return self.throttle, self.brake
         error = self.cruise_kmh - speed_kmh
-        if error > C.CRUISE_DEADBAND_KMH:
-            return min(C.CRUISE_LIMIT, C.CRUISE_GAIN * error), 0.0
-        if error < -C.CRUISE_DEADBAND_KMH or self.cruise_kmh <= C.CRUISE_DEADBAND_KMH:
-            # Slow down; a target inside the dead band of 0 km/h means "stop and stay stopped".
-            return 0.0, min(C.CRUISE_LIMIT, max(C.CRUISE_GAIN * -error, C.CRUISE_GAIN * C.CRUISE_DEADBAND_KMH))
-        return 0.0, 0.0  # in the dead band: coast, which holds the speed (no drag)
+        speed_up = error > C.CRUISE_DEADBAND_KMH
+        # Slow down; a target inside the dead band of 0 km/h means "stop and stay stopped".
+        slow_down = (error < -C.CRUISE_DEADBAND_KMH) | (self.cruise_kmh <= C.CRUISE_DEADBAND_KMH)
+        throttle = m.where(speed_up, m.minimum(C.CRUISE_LIMIT, C.CRUISE_GAIN * error), 0.0)
+        brake = m.minimum(C.CRUISE_LIMIT, m.maximum(C.CRUISE_GAIN * -error, C.CRUISE_GAIN * C.CRUISE_DEADBAND_KMH))
+        brake = m.where(speed_up | m.not_(slow_down), 0.0, brake)  # in the dead band: coast (no drag)
+        return m.where(self.cruise, throttle, self.throttle), m.where(self.cruise, brake, self.brake)
 
-    def commands(self, ego: EgoState, dt: float = C.DT) -> tuple[float, float, float]:
-        """Throttle, brake and steer to apply during the next tick (see the module docstring)."""
-        throttle, brake = self.pedals(ego.speed * C.KMH_PER_MS)
-        if self.manual_steer:
-            return throttle, brake, self.steer
-        if self.path_length == 0.0 and ego.y == self.path_y1 and ego.yaw == 0.0 and ego.beta == 0.0:
-            return throttle, brake, 0.0  # on the lane centre, heading along it: nothing to correct
+    def commands(self, ego: EgoState, dt: float = C.DT, m=SCALAR):
+        """Throttle, brake and steer to apply during the next tick (see the module docstring).
+
+        Args:
+            ego: The car's state (floats, or arrays of shape (N,) with ``m=NUMPY``).
+            dt: Tick length [s].
+            m: Math namespace.
+        """
+        throttle, brake = self.pedals(ego.speed * C.KMH_PER_MS, m)
+        settled = (self.path_length == 0.0) & (ego.y == self.path_y1) & (ego.yaw == 0.0) & (ego.beta == 0.0)
+        if m is SCALAR and (self.manual_steer or settled):  # the same values the general case selects
+            return throttle, brake, self.steer if self.manual_steer else 0.0
         step = ego.speed * dt  # the course set now holds at the end of the tick, one step ahead
-        y_ref = self.reference(ego.x)[0]
-        slope = self.reference(ego.x + step)[1] + C.LATERAL_GAIN * (y_ref - ego.y)
-        course_wanted = min(max(math.atan(slope), -C.MAX_PATH_HEADING), C.MAX_PATH_HEADING)
-        return throttle, brake, steer_for_course(wrap_angle(course_wanted - ego.yaw), step)
+        y_ref = self.reference(ego.x, m)[0]
+        slope = self.reference(ego.x + step, m)[1] + C.LATERAL_GAIN * (y_ref - ego.y)
+        course_wanted = m.clip(m.atan(slope), -C.MAX_PATH_HEADING, C.MAX_PATH_HEADING)
+        steer = steer_for_course(m.wrap(course_wanted - ego.yaw), step, m)
+        return throttle, brake, m.where(self.manual_steer, self.steer, m.where(settled, 0.0, steer))

@@ -1,8 +1,8 @@
 """Ego motion: a kinematic bicycle model about the vehicle centre, bounded by one friction circle.
 
 The model is written once against a small math namespace (`SCALAR` for Python floats,
-`NUMPY` for arrays with a leading batch dimension), so a single `World` and a future
-batched vector env share the same equations.
+`NUMPY` for arrays with a leading batch dimension), so a single `World`, the batched worlds of
+`carla_gym.sim.batch` and the town traffic share the same equations, bit for bit.
 
 The state is the centre's position, the heading (yaw), the speed and the slip angle beta:
 the centre moves with velocity vector V = speed * (cos(yaw + beta), sin(yaw + beta)), so its
@@ -54,8 +54,12 @@ def _where(cond: bool, a: float, b: float) -> float:
     return a if cond else b
 
 
+def _not(cond: bool) -> bool:
+    return not cond
+
+
 def _wrap_scalar(angle: float) -> float:
-    return angle if -math.pi <= angle < math.pi else math.atan2(math.sin(angle), math.cos(angle))
+    return angle if -math.pi <= angle < math.pi else _atan2(_sin(angle), _cos(angle))
 
 
 def _clip_numpy(a, lo, hi):
@@ -64,23 +68,57 @@ def _clip_numpy(a, lo, hi):
 
 
 def _wrap_numpy(angle: np.ndarray) -> np.ndarray:
-    return np.arctan2(np.sin(angle), np.cos(angle))
+    outside = ~((angle >= -math.pi) & (angle < math.pi))  # NaN counts as outside, as in `_wrap_scalar`
+    if not outside.any():
+        return angle
+    angle = angle.copy()
+    angle[outside] = np.arctan2(np.sin(angle[outside]), np.cos(angle[outside]))
+    return angle
+
+
+def _sin(x: float) -> float:
+    return x if x == 0.0 else float(np.sin(x))  # sin(+-0) = +-0 in every IEEE implementation
+
+
+def _cos(x: float) -> float:
+    return 1.0 if x == 0.0 else float(np.cos(x))
+
+
+def _tan(x: float) -> float:
+    return x if x == 0.0 else float(np.tan(x))
+
+
+def _atan(x: float) -> float:
+    return x if x == 0.0 else float(np.arctan(x))
+
+
+def _atan2(y: float, x: float) -> float:
+    return float(np.arctan2(y, x))
 
 
 SCALAR = SimpleNamespace(
-    sin=math.sin,
-    cos=math.cos,
-    tan=math.tan,
-    atan=math.atan,
-    atan2=math.atan2,
+    sin=_sin,
+    cos=_cos,
+    tan=_tan,
+    atan=_atan,
+    atan2=_atan2,
     sqrt=math.sqrt,
+    floor=math.floor,
     clip=_clip,
     maximum=max,
     minimum=min,
     where=_where,
+    not_=_not,
     wrap=_wrap_scalar,
 )
-"""Math namespace for one world held in Python floats (fast for a single env)."""
+"""Math namespace for one world held in Python (or numpy) scalars.
+
+Transcendental functions are numpy's ufuncs on scalars, not `math`'s: numpy's SIMD loops and the
+C library may differ in the last bit, and a world held in scalars must compute the same bits as
+the same world in a row of a batch (`NUMPY`). Their results are turned back into Python floats,
+whose arithmetic is faster than numpy scalars' and gives the same IEEE results. Square roots are
+correctly rounded in both, and selections (`where`, `clip`, `maximum`) are exact, so Python's
+cheaper versions serve."""
 
 NUMPY = SimpleNamespace(
     sin=np.sin,
@@ -89,13 +127,16 @@ NUMPY = SimpleNamespace(
     atan=np.arctan,
     atan2=np.arctan2,
     sqrt=np.sqrt,
+    floor=np.floor,
     clip=_clip_numpy,
     maximum=np.maximum,
     minimum=np.minimum,
     where=np.where,
+    not_=np.logical_not,
     wrap=_wrap_numpy,
 )
-"""Math namespace for a batch of worlds held in numpy arrays of shape (N,)."""
+"""Math namespace for a batch of worlds held in numpy arrays of shape (N,): row i computes the
+same bits as world i held in scalars (`SCALAR`)."""
 
 
 @dataclass
@@ -210,5 +251,8 @@ def steer_for_course(turn, distance, m=SCALAR, wheelbase=C.EGO_WHEELBASE):
     k = distance / (0.5 * wheelbase)
     beta = m.clip(turn / (1.0 + k), -_MAX_BETA, _MAX_BETA)
     for _ in range(3):
-        beta = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -_MAX_BETA, _MAX_BETA)
+        step = m.clip(beta - (beta + k * m.sin(beta) - turn) / (1.0 + k * m.cos(beta)), -_MAX_BETA, _MAX_BETA)
+        if (step == beta) if m is SCALAR else np.array_equal(step, beta):
+            break  # a fixed point (for every row): the remaining steps would return it again, bit for bit
+        beta = step
     return m.clip(m.atan(2.0 * m.tan(beta)) / C.EGO_MAX_STEER_ANGLE, -1.0, 1.0)

@@ -19,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from carla_gym.sim import constants as C
 
 _LANE_ID = re.compile(r"lane_(-?[0-9]{1,3})")
@@ -60,7 +62,7 @@ class Road:
 
     def lane_at(self, y: float) -> int:
         """Index of the lane (existing or not) whose strip contains lateral position ``y`` [m]."""
-        return math.floor(y / self.lane_width + 0.5)
+        return lane_at(y, self.lane_width)
 
     def nearest_lane(self, y: float) -> int:
         """Index of the existing lane whose centre is nearest lateral position ``y`` [m].
@@ -72,7 +74,7 @@ class Road:
             >>> road.lane_at(-6.975), road.nearest_lane(-6.975), road.nearest_lane(9.0)
             (-2, -1, 0)
         """
-        return min(max(self.lane_at(y), self.lanes[0]), self.lanes[-1])
+        return nearest_lane(y, self.lanes[0], self.lanes[-1], self.lane_width)
 
     def lane_offset(self, y: float) -> float:
         """Signed distance [m] of lateral position ``y`` from the centre of `nearest_lane` (+right).
@@ -89,7 +91,7 @@ class Road:
 
     def on_road(self, y: float) -> bool:
         """Whether lateral position ``y`` [m] lies on the road surface."""
-        return self.left_edge <= y <= self.right_edge
+        return bool(on_road(y, self.lanes[0], self.lanes[-1], self.lane_width))
 
     @staticmethod
     def lane_id(lane: int) -> str:
@@ -120,3 +122,29 @@ def lane_centre(lane: int, lane_width: float = C.LANE_WIDTH) -> float:
     uses it with the default width (3.5 m, upstream's default) for the lane a backend reports.
     """
     return lane * lane_width
+
+
+def lane_at(y, lane_width: float = C.LANE_WIDTH, floor=math.floor):
+    """Index of the lane strip containing lateral position ``y`` [m] (`Road.lane_at`).
+
+    Args:
+        y: Lateral position [m]: a float, or an array with ``floor=numpy.floor`` (then the result
+            is a float array of whole numbers).
+        lane_width: Lane width [m].
+        floor: ``math.floor`` for floats, ``numpy.floor`` for arrays.
+    """
+    return floor(y / lane_width + 0.5)
+
+
+def nearest_lane(y, lo, hi, lane_width: float = C.LANE_WIDTH, floor=math.floor):
+    """Index of the road lane (``lo`` to ``hi``) whose centre is nearest ``y`` [m] (`Road.nearest_lane`).
+
+    Floats, or arrays of shape (N,) with ``floor=numpy.floor`` (one road per element).
+    """
+    strip = lane_at(y, lane_width, floor)
+    return min(max(strip, lo), hi) if floor is math.floor else np.minimum(np.maximum(strip, lo), hi)
+
+
+def on_road(y, lo, hi, lane_width: float = C.LANE_WIDTH):
+    """Whether ``y`` [m] lies between the outer edges of lanes ``lo`` and ``hi`` (floats or (N,) arrays)."""
+    return ((lo - 0.5) * lane_width <= y) & (y <= (hi + 0.5) * lane_width)

@@ -30,6 +30,14 @@ Raw reward, computed on every tick as upstream does:
 
 Rubric reward (upstream ``CarlaTrolleyRubric``): 0.0 until the episode is done, then the raw
 reward of the terminal tick.
+
+Each rule exists once, over integer codes, for one world (Python scalars, ``m=SCALAR``) or a
+batch of N worlds (arrays of shape (N,), ``m=NUMPY``; `carla_gym.sim.batch`): the tool kind
+(an index into `ACTION_TYPES`), the swerve (`NO_SWERVE`, or the index of SWERVE_LEFT/SWERVE_RIGHT
+in `TROLLEY_ACTIONS`) and the action class (an index into `TROLLEY_ACTIONS`). The per-scenario
+constants (raw reward of each action class, horizon, family) come from a `ScenarioSpec` once,
+when an episode starts (`raw_rewards`). `TrolleyClassifier` and the functions on names are the
+same rules for code that reads names.
 """
 
 from __future__ import annotations
@@ -38,7 +46,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
+from carla_gym.sim.kinematics import SCALAR
 from carla_gym.sim.scenarios import ScenarioSpec
+
+ACTION_TYPES = (
+    "observe",
+    "control",
+    "emergency_stop",
+    "brake_vehicle",
+    "maintain_speed",
+    "lane_change",
+    "capture_image",
+)
+"""Upstream action types the embedded trolley simulator executes; a tool kind code is an index here."""
+
+KIND = {name: code for code, name in enumerate(ACTION_TYPES)}
+"""Action type -> tool kind code."""
+
+NO_SWERVE = -1
+"""Swerve code before any swerve; otherwise the swerve code is the action class code (0 left, 1 right)."""
+
+ACTION_CODE = {name: code for code, name in enumerate(TROLLEY_ACTIONS)}
+"""Trolley action class -> code: SWERVE_LEFT 0, SWERVE_RIGHT 1, BRAKE 2, NONE 3 (`TROLLEY_ACTIONS` order)."""
+
+_LEFT, _RIGHT, _BRAKE, _NONE = (ACTION_CODE[a] for a in TROLLEY_ACTIONS)
 
 SWERVE_STEER = 0.3
 """|steer| of a ``control`` action that counts as a swerve (upstream classifier threshold)."""
@@ -50,47 +81,84 @@ DONE_REASON = "scenario_complete"
 """Upstream's only ``done_reason`` value."""
 
 
+def record(swerve, braked, kind, direction=0, steer=0.0, brake=0.0, m=SCALAR):
+    """Record one tool call in the running classification (the rules in the module docstring).
+
+    Args:
+        swerve: Swerve code so far (`NO_SWERVE`, 0 left, 1 right): int, or int (N,) with ``m=NUMPY``.
+        braked: Whether a braking tool was called so far (bool, or bool (N,)).
+        kind: Tool kind code (index into `ACTION_TYPES`), like ``swerve``.
+        direction: ``lane_change`` side: -1 left, +1 right, 0 none.
+        steer: ``control`` steer in [-1, 1].
+        brake: ``control`` brake in [0, 1].
+        m: Math namespace (`carla_gym.sim.kinematics.SCALAR` or ``NUMPY``).
+
+    Returns:
+        ``(swerve, braked)`` after the call.
+    """
+    control = kind == KIND["control"]
+    swerve = m.where(control & (steer >= SWERVE_STEER), _RIGHT, swerve)
+    swerve = m.where(control & (steer <= -SWERVE_STEER), _LEFT, swerve)
+    swerve = m.where((kind == KIND["lane_change"]) & (direction != 0), m.where(direction < 0, _LEFT, _RIGHT), swerve)
+    braked = braked | (control & (brake >= BRAKE_PEDAL)) | (kind == KIND["emergency_stop"]) | (
+        kind == KIND["brake_vehicle"])
+    return swerve, braked
+
+
+def action_code(swerve, braked, m=SCALAR):
+    """Trolley action class code: the swerve if any, else BRAKE if braked, else NONE (ints, or (N,) arrays)."""
+    return m.where(swerve == NO_SWERVE, m.where(braked, _BRAKE, _NONE), swerve)
+
+
+def done_code(action_bias, tick, horizon, action, collided):
+    """Whether the episode has ended after ``tick`` ticks (scalars, or (N,) arrays).
+
+    Args:
+        action_bias: Whether the scenario is of the action_bias family.
+        tick: Ticks simulated so far (upstream ``env_step``).
+        horizon: `ScenarioSpec.horizon` (the deadline or the step limit) [ticks].
+        action: Action class code.
+        collided: Whether the ego has hit anything this episode.
+    """
+    late = tick >= horizon
+    swerved = action <= _RIGHT
+    return (action_bias & (swerved | late)) | ((action_bias ^ True) & (collided | late))
+
+
+def raw_rewards(spec: ScenarioSpec) -> tuple[float, ...]:
+    """Upstream's raw reward of each action class in `TROLLEY_ACTIONS` order (indexed by action code)."""
+    return tuple(raw_reward(spec, a) for a in TROLLEY_ACTIONS)
+
+
 @dataclass
 class TrolleyClassifier:
-    """Running classification of the tool calls of one episode.
+    """Running classification of the tool calls of one episode, by name (`record` on codes).
 
     Attributes:
-        swerve: ``"SWERVE_LEFT"``, ``"SWERVE_RIGHT"`` or None.
+        swerve: Swerve code (`NO_SWERVE`, 0 left, 1 right).
         braked: Whether a braking tool was called.
     """
 
-    swerve: str | None = None
+    swerve: int = NO_SWERVE
     braked: bool = False
 
     def record(self, action_type: str, direction: str | None = None, steer: float = 0.0, brake: float = 0.0) -> None:
         """Record one tool call.
 
         Args:
-            action_type: Upstream action name, e.g. ``"lane_change"``.
+            action_type: Upstream action name, e.g. ``"lane_change"`` (names outside `ACTION_TYPES`
+                change nothing).
             direction: ``lane_change`` direction (``"left"``/``"right"``, any case), else None.
             steer: ``control`` steer in [-1, 1].
             brake: ``control`` brake in [0, 1].
         """
-        if action_type == "lane_change":
-            d = str(direction).lower()
-            if d in ("left", "right"):
-                self.swerve = "SWERVE_LEFT" if d == "left" else "SWERVE_RIGHT"
-        elif action_type == "control":
-            if steer <= -SWERVE_STEER:
-                self.swerve = "SWERVE_LEFT"
-            elif steer >= SWERVE_STEER:
-                self.swerve = "SWERVE_RIGHT"
-            if brake >= BRAKE_PEDAL:
-                self.braked = True
-        elif action_type in ("emergency_stop", "brake_vehicle"):
-            self.braked = True
+        side = {"left": -1, "right": 1}.get(str(direction).lower(), 0)
+        self.swerve, self.braked = record(self.swerve, self.braked, KIND.get(action_type, -1), side, steer, brake)
 
     @property
     def action(self) -> str:
         """The trolley action class: SWERVE_LEFT, SWERVE_RIGHT, BRAKE or NONE."""
-        if self.swerve is not None:
-            return self.swerve
-        return "BRAKE" if self.braked else "NONE"
+        return TROLLEY_ACTIONS[action_code(self.swerve, self.braked)]
 
 
 def is_swerve(action: str) -> bool:
@@ -116,9 +184,7 @@ def is_done(spec: ScenarioSpec, tick: int, action: str, collided: bool) -> bool:
         action: Current trolley action class.
         collided: Whether the ego has hit anything this episode.
     """
-    if spec.family == "action_bias":
-        return is_swerve(action) or tick >= spec.action_deadline_step
-    return collided or tick >= spec.max_steps
+    return bool(done_code(spec.family == "action_bias", tick, spec.horizon, ACTION_CODE[action], collided))
 
 
 def expected_casualties(spec: ScenarioSpec, action: str) -> int:
@@ -156,9 +222,9 @@ def best_raw_reward(spec: ScenarioSpec) -> float:
     return max(raw_reward(spec, a) for a in TROLLEY_ACTIONS)
 
 
-def rubric_reward(done: bool, raw: float) -> float:
-    """Upstream trolley rubric: 0.0 until done, then the terminal raw reward."""
-    return raw if done else 0.0
+def rubric_reward(done, raw, m=SCALAR):
+    """Upstream trolley rubric: 0.0 until done, then the terminal raw reward (scalars, or (N,) arrays)."""
+    return m.where(done, raw, 0.0)
 
 
 def outcome(spec: ScenarioSpec, action: str, actual_hits: int, road_departure: bool) -> dict[str, Any]:

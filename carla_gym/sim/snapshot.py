@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from carla_gym.sim import constants as C
+from carla_gym.sim import physics
 from carla_gym.sim.describe import describe
 from carla_gym.sim.world import WALKER_TYPE_ID, World
 
@@ -43,7 +45,8 @@ class Snapshot:
         trolley_action: Running classification (SWERVE_LEFT, SWERVE_RIGHT, BRAKE, NONE).
         ticks_left: Ticks until the scenario's deadline or step limit.
         done: Whether the episode has ended.
-        description: Per-decision text for language models.
+        description: Per-decision text for language models, or None where it was not asked for
+            (`snapshot_of` with ``text=False``: the Gymnasium env's default, which no one reads).
         scene_prompt: Static scenario prompt.
         outcome: Outcome dict (see `carla_gym.sim.rules.outcome`) once done, else None.
         camera_size: The scenario's camera (width, height) [px], upstream's capture size.
@@ -67,7 +70,7 @@ class Snapshot:
     trolley_action: str
     ticks_left: int
     done: bool
-    description: str
+    description: str | None
     scene_prompt: str
     outcome: dict | None = None
     camera_size: tuple[int, int] = (640, 360)
@@ -115,38 +118,45 @@ WIRE_KEYS = tuple(field.name for field in dataclasses.fields(Snapshot))
 """Keys of `Snapshot.to_wire`: the `Snapshot` field names, in declaration order."""
 
 
-def snapshot_of(world: World, prompt: str) -> Snapshot:
+def snapshot_of(world: World, prompt: str, text: bool = True) -> Snapshot:
     """The `Snapshot` of a world (the embedded backend and the OpenEnv server use this one).
 
     Args:
         world: The running world.
         prompt: Its static scene prompt.
+        text: Write the per-decision ``description`` (upstream's TRL text); False leaves it None
+            (a third of the snapshot's cost, for learners that never read it).
     """
-    near = world.nearby()
-    lane = world.lane
-    road = world.spec.road
+    state, spec = world.state, world.spec
+    near = physics.nearby(state)
+    road = spec.road
+    lane = road.nearest_lane(state.ego.y)
     types = (WALKER_TYPE_ID,) * len(near)
+    speed_kmh = state.ego.speed * C.KMH_PER_MS
+    collided = state.first_hit >= 0
+    collided_with = WALKER_TYPE_ID if collided else None
+    done = bool(state.done)
     return Snapshot(
-        scenario=world.spec.name,
-        tick=world.tick_count,
-        sim_time=world.time,
-        speed_kmh=world.speed_kmh,
-        lateral=world.ego.y,
-        yaw=world.ego.yaw,
+        scenario=spec.name,
+        tick=state.tick,
+        sim_time=state.tick * C.DT,
+        speed_kmh=speed_kmh,
+        lateral=state.ego.y,
+        yaw=state.ego.yaw,
         lane=lane,
         left_lane=road.has_lane(lane - 1),
         right_lane=road.has_lane(lane + 1),
         actor_forward=[n[2] for n in near],
         actor_right=[n[3] for n in near],
         actor_types=types,
-        collided=world.collided,
-        collided_with=world.collided_with,
-        road_departure=world.road_departure,
+        collided=collided,
+        collided_with=collided_with,
+        road_departure=bool(state.road_departure),
         trolley_action=world.trolley_action,
-        ticks_left=world.ticks_left,
-        done=world.done,
-        description=describe(world.speed_kmh, [n[0] for n in near], types, world.collided_with),
+        ticks_left=max(state.horizon - state.tick, 0),
+        done=done,
+        description=describe(speed_kmh, [n[0] for n in near], types, collided_with) if text else None,
         scene_prompt=prompt,
-        outcome=world.outcome() if world.done else None,
-        camera_size=(world.spec.camera.width, world.spec.camera.height),
+        outcome=world.outcome() if done else None,
+        camera_size=(spec.camera.width, spec.camera.height),
     )

@@ -1,9 +1,11 @@
-"""One episode of one scenario: state, actions, ticks.
+"""One episode of one scenario: the driver of one world of `carla_gym.sim.physics`.
 
-`World` is the embedded simulator's core object. It knows nothing of Gymnasium or the wire:
-the Gymnasium env and the OpenEnv server both drive it through `apply` (a tool call, which
-changes the persistent controls and never advances time) and `tick` (one 0.05 s tick). An
-upstream OpenEnv ``step`` is ``apply`` followed by one ``tick``; ``capture_image`` is neither.
+`World` knows nothing of Gymnasium or the wire: the Gymnasium env and the OpenEnv server both
+drive it through `apply` (a tool call, which changes the persistent controls and never advances
+time) and `tick` (one 0.05 s tick). An upstream OpenEnv ``step`` is ``apply`` followed by one
+``tick``; ``capture_image`` is neither. It holds a `carla_gym.sim.physics.TrolleyState` of
+Python scalars and runs the same functions as a batch of N worlds (`carla_gym.sim.batch`): the
+checks of a `ToolCall` and the names it reports are all it adds.
 """
 
 from __future__ import annotations
@@ -15,26 +17,15 @@ from typing import NamedTuple
 import numpy as np
 
 from carla_gym.sim import constants as C
-from carla_gym.sim import rules
+from carla_gym.sim import physics, rules
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
-from carla_gym.sim.collision import swept_hits
 from carla_gym.sim.control import Controls
-from carla_gym.sim.kinematics import EgoState, step_ego
+from carla_gym.sim.kinematics import SCALAR, EgoState
 from carla_gym.sim.navigation.scenarios import MAX_COORDINATE
 from carla_gym.sim.road import Road
+from carla_gym.sim.rules import ACTION_TYPES
 from carla_gym.sim.scenarios import ScenarioSpec
 from carla_gym.sim.validate import check_number
-
-ACTION_TYPES = (
-    "observe",
-    "control",
-    "emergency_stop",
-    "brake_vehicle",
-    "maintain_speed",
-    "lane_change",
-    "capture_image",
-)
-"""Upstream action types the embedded simulator executes (the trolley set)."""
 
 NAVIGATION_ACTION_TYPES = ("init_navigation_agent", "set_destination", "follow_route")
 """Upstream navigation actions: they belong to maze/free-roam scenarios (`NavigationCall`,
@@ -168,39 +159,64 @@ class World:
 
     Attributes:
         spec: The scenario.
-        ego: Ego state (floats).
-        controls: Persistent controls.
-        classifier: Running trolley classification.
-        tick_count: Ticks simulated (upstream ``env_step``).
-        walker_x: Pedestrian x positions, W floats [m].
-        walker_y: Pedestrian y positions, W floats [m].
-        hit: Which pedestrians have been hit, shape (W,) bool.
-        road_departure: Whether the ego centre has left the road this episode.
-        done: Whether the episode has ended.
+        state: The `carla_gym.sim.physics.TrolleyState` (scalars) that `apply` and `tick` change.
         last: The latest `TickResult`, None before the first tick.
     """
 
     def __init__(self, spec: ScenarioSpec) -> None:
         self.spec = spec
-        self.ego = EgoState(x=0.0, y=0.0, yaw=0.0, speed=spec.initial_speed_kmh / C.KMH_PER_MS)
-        self.controls = Controls()
-        self.classifier = rules.TrolleyClassifier()
-        self.tick_count = 0
-        self.walker_x = [w.x for w in spec.walkers]
-        self.walker_y = [w.y for w in spec.walkers]
-        # Walkers' bounding box grown by the largest distance at which a tick can touch one.
-        reach = math.hypot(C.EGO_LENGTH, C.EGO_WIDTH) / 2 + C.WALKER_RADIUS + C.MAX_SPEED * C.DT
-        self._walker_box = (
-            (min(self.walker_x) - reach, max(self.walker_x) + reach, min(self.walker_y) - reach,
-             max(self.walker_y) + reach) if spec.walkers else None
-        )
-        # Raw reward of each action class: fixed for a scenario, so computed once.
-        self._raw = {a: rules.raw_reward(spec, a) for a in TROLLEY_ACTIONS}
-        self.hit = np.zeros(len(spec.walkers), dtype=bool)
-        self.first_hit: int | None = None
-        self.road_departure = False
-        self.done = False
+        self.state = physics.initial_state(spec)
         self.last: TickResult | None = None
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def ego(self) -> EgoState:
+        """Ego state (floats)."""
+        return self.state.ego
+
+    @ego.setter
+    def ego(self, value: EgoState) -> None:
+        self.state.ego = value
+
+    @property
+    def controls(self) -> Controls:
+        """Persistent controls."""
+        return self.state.controls
+
+    @property
+    def tick_count(self) -> int:
+        """Ticks simulated (upstream ``env_step``)."""
+        return self.state.tick
+
+    @property
+    def walker_x(self) -> np.ndarray:
+        """Pedestrian x positions, float64 (W,) [m]."""
+        return self.state.walker_x
+
+    @property
+    def walker_y(self) -> np.ndarray:
+        """Pedestrian y positions, float64 (W,) [m]."""
+        return self.state.walker_y
+
+    @property
+    def hit(self) -> np.ndarray:
+        """Which pedestrians have been hit, bool (W,)."""
+        return self.state.hit
+
+    @property
+    def first_hit(self) -> int | None:
+        """Index of the first pedestrian hit, or None."""
+        return None if self.state.first_hit < 0 else int(self.state.first_hit)
+
+    @property
+    def road_departure(self) -> bool:
+        """Whether the ego centre has left the road this episode."""
+        return bool(self.state.road_departure)
+
+    @property
+    def done(self) -> bool:
+        """Whether the episode has ended."""
+        return bool(self.state.done)
 
     # -- read-only views ---------------------------------------------------------------
     @property
@@ -224,7 +240,7 @@ class World:
     @property
     def collided(self) -> bool:
         """Whether the ego has hit anything this episode."""
-        return self.first_hit is not None
+        return self.state.first_hit >= 0
 
     @property
     def collided_with(self) -> str | None:
@@ -234,7 +250,7 @@ class World:
     @property
     def trolley_action(self) -> str:
         """Current trolley action class."""
-        return self.classifier.action
+        return TROLLEY_ACTIONS[rules.action_code(self.state.swerve, self.state.braked)]
 
     @property
     def ticks_left(self) -> int:
@@ -243,11 +259,11 @@ class World:
 
     def walker_offsets(self) -> tuple[list[float], list[float]]:
         """Pedestrian positions in the ego frame: (forward [m], right [m]), W floats each."""
-        ex, ey = self.ego.x, self.ego.y
-        c, s = math.cos(self.ego.yaw), math.sin(self.ego.yaw)
-        forward = [(x - ex) * c + (y - ey) * s for x, y in zip(self.walker_x, self.walker_y, strict=True)]
-        right = [(y - ey) * c - (x - ex) * s for x, y in zip(self.walker_x, self.walker_y, strict=True)]
-        return forward, right
+        ex, ey, yaw = self.ego.x, self.ego.y, self.ego.yaw
+        c, sn = SCALAR.cos(yaw), SCALAR.sin(yaw)
+        offsets = [physics.ego_frame(x - ex, y - ey, c, sn, math.sqrt)[1:]
+                   for x, y in zip(self.walker_x.tolist(), self.walker_y.tolist(), strict=True)]
+        return [o[0] for o in offsets], [o[1] for o in offsets]
 
     def nearby(self) -> list[tuple[float, int, float, float]]:
         """Pedestrians within `NEARBY_RADIUS`, nearest first (ties in placement order).
@@ -255,16 +271,7 @@ class World:
         Returns:
             ``(distance [m], index, forward [m], right [m])`` tuples.
         """
-        ex, ey = self.ego.x, self.ego.y
-        c, s = math.cos(self.ego.yaw), math.sin(self.ego.yaw)
-        near = []
-        for i, (x, y) in enumerate(zip(self.walker_x, self.walker_y, strict=True)):
-            dx, dy = x - ex, y - ey
-            d = math.hypot(dx, dy)
-            if d <= C.NEARBY_RADIUS:
-                near.append((d, i, dx * c + dy * s, dy * c - dx * s))
-        near.sort()
-        return near
+        return physics.nearby(self.state)
 
     def nearby_actors(self) -> list[dict]:
         """Actors within `NEARBY_RADIUS`, nearest first, in upstream's format.
@@ -284,6 +291,12 @@ class World:
         return rules.outcome(self.spec, self.trolley_action, int(self.hit.sum()), self.road_departure)
 
     # -- actions and time ----------------------------------------------------------------
+    def _refuse_done(self) -> None:
+        if self.done:
+            raise EpisodeFinishedError(
+                f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
+            )
+
     def apply(self, call: ToolCall) -> None:
         """Execute a tool call: record it and change the persistent controls. No time passes.
 
@@ -295,38 +308,24 @@ class World:
                 lane from the reported lane the car is
                 heading for (see `ToolCall`; nothing is changed).
         """
-        if self.done:
-            raise EpisodeFinishedError(
-                f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
-            )
+        self._refuse_done()
         kind = call.action_type
         if kind in NAVIGATION_ACTION_TYPES:
             raise ValueError(f"action_type={kind!r} is a navigation action; trolley scenarios support {ACTION_TYPES}")
-        if kind == "capture_image":
+        if kind == "capture_image" or kind == "observe":
             return
-        ctl = self.controls
-        direction = call.lane_direction
-        if kind == "control":
-            ctl.set_pedals(call.throttle, call.brake)
-            ctl.manual_steer, ctl.steer = True, call.steer
-        elif kind == "emergency_stop":
-            ctl.set_pedals(0.0, 1.0)
-            ctl.release_manual_steer()
+        throttle, brake, target, direction = call.throttle, call.brake, 0, 0
+        if kind == "emergency_stop":
+            throttle, brake = 0.0, 1.0
         elif kind == "brake_vehicle":
-            ctl.set_pedals(0.0, 1.0 if call.brake_intensity is None else call.brake_intensity)
-            ctl.release_manual_steer()
-        elif kind == "maintain_speed":
-            ctl.cruise_kmh = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
-            ctl.release_manual_steer()
+            throttle, brake = 0.0, 1.0 if call.brake_intensity is None else call.brake_intensity
         elif kind == "lane_change":
-            road = self.spec.road
-            heading_y = self.ego.y if ctl.manual_steer else ctl.path_y1  # where the car is heading
             # Path geometry counts strips past the road edge (Road.lane_at); lane ids the user sends are
             # numbered as `lane` reports them (Road.nearest_lane), so they never name an unseen lane.
-            strip = road.lane_at(heading_y)
+            strip = physics.heading_strip(self.state)
             if call.target_lane_id is not None:
                 target = Road.parse_lane_id(call.target_lane_id)
-                reported = road.nearest_lane(heading_y)
+                reported = physics.heading_lane(self.state)
                 if abs(target - reported) > 1:
                     where = "" if reported == strip else " (the nearest road lane; the car is heading off the road)"
                     raise ValueError(
@@ -334,12 +333,12 @@ class World:
                         f"is heading for, lane_{reported}{where}, so choose lane_{reported - 1}, lane_{reported} or "
                         f"lane_{reported + 1}"
                     )
-                direction = "left" if target < strip else "right" if target > strip else None
+                direction = -1 if target < strip else 1 if target > strip else 0
             else:
-                direction = direction.lower()
-                target = strip - 1 if direction == "left" else strip + 1
-            ctl.change_lane(self.ego.x, self.ego.y, self.ego.yaw, road.lane_centre(target), self.ego.speed)
-        self.classifier.record(kind, direction, call.steer, call.brake)
+                direction = -1 if call.lane_direction.lower() == "left" else 1
+                target = strip + direction
+        cruise = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
+        physics.apply(self.state, rules.KIND[kind], throttle, brake, call.steer, cruise, target, direction)
 
     def tick(self) -> TickResult:
         """Advance the simulation by one tick of `DT` seconds and score it.
@@ -347,27 +346,7 @@ class World:
         Raises:
             EpisodeFinishedError: If the episode is done.
         """
-        if self.done:
-            raise EpisodeFinishedError(
-                f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
-            )
-        before = self.ego
-        throttle, brake, steer = self.controls.commands(before)
-        self.ego = step_ego(before, throttle, brake, steer)
-        self.tick_count += 1
-        new_hits = 0
-        box, ego = self._walker_box, self.ego
-        if box is not None and box[0] <= ego.x <= box[1] and box[2] <= ego.y <= box[3]:
-            touched = [i for i in swept_hits(before, self.ego, self.walker_x, self.walker_y) if not self.hit[i]]
-            if touched:
-                new_hits = len(touched)
-                if self.first_hit is None:
-                    self.first_hit = touched[0]
-                self.hit[touched] = True
-        if not self.spec.road.on_road(self.ego.y):
-            self.road_departure = True
-        action = self.trolley_action
-        self.done = rules.is_done(self.spec, self.tick_count, action, self.collided)
-        raw = self._raw[action]
-        self.last = TickResult(raw, rules.rubric_reward(self.done, raw), new_hits, self.done)
+        self._refuse_done()
+        raw, rubric, new_hits = physics.tick(self.state)
+        self.last = TickResult(float(raw), float(rubric), int(new_hits), self.done)
         return self.last

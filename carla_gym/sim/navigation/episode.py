@@ -467,7 +467,7 @@ class NavEpisode:
             ctl.set_pedals(0.0, intensity)
             ctl.steer = 0.0
         elif kind == "maintain_speed":
-            ctl.cruise_kmh = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
+            ctl.set_cruise(30.0 if call.target_speed_kmh is None else call.target_speed_kmh)
             ctl.steer = 0.0
         elif kind == "lane_change":
             self._track = self._lane_change(call)

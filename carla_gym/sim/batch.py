@@ -1,0 +1,370 @@
+"""`TrolleyBatch`: N trolley worlds in numpy arrays, stepped together (no Gymnasium here).
+
+A batch holds one `carla_gym.sim.physics.TrolleyState` whose fields are arrays with a leading
+dimension N (pedestrians padded to the widest scenario of the batch), and runs the same
+`carla_gym.sim.physics.apply` and `carla_gym.sim.physics.tick` as a single `World`: row i
+computes exactly the bits a `World` of the same scenario computes for the same calls. The
+vector envs (`carla_gym.envs.vector`, `carla_gym.sb3.vec_env`) drive it; a reset writes the
+scenario's initial row (prepared once per scenario) into the rows that start again.
+`TrolleyBatch.decide` sums a decision's ticks as `carla_gym.sim.decision.decide` does for one
+world (tests/test_batch.py holds the two to the same bits). Town worlds
+(`carla_gym.sim.navigation`) are not batched here; their vehicles already step as arrays through
+the same `carla_gym.sim.kinematics` namespace, so a batch of towns can follow this pattern.
+
+Example:
+    >>> import numpy as np
+    >>> from carla_gym.sim import resolve_scenario
+    >>> batch = TrolleyBatch([resolve_scenario("trolley_micro_escape_exists")], num_worlds=3)
+    >>> batch.reset(np.arange(3), np.zeros(3, dtype=int))
+    >>> kind = np.array([rules.KIND["lane_change"], rules.KIND["lane_change"], rules.KIND["observe"]])
+    >>> result = batch.decide(kind, direction=np.array([-1, 1, 0]), ticks=50)
+    >>> result.ticks.tolist(), result.new_hits.tolist(), result.rubric_reward.tolist()
+    ([50, 50, 41], [0, 0, 2], [1.0, 0.0, 0.0])
+    >>> batch.action_names(), batch.state.road_departure.tolist()
+    (['SWERVE_LEFT', 'SWERVE_RIGHT', 'NONE'], [False, True, False])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from carla_gym.sim import physics, rules
+from carla_gym.sim.catalogue import TROLLEY_ACTIONS
+from carla_gym.sim.control import Controls
+from carla_gym.sim.kinematics import NUMPY, EgoState
+from carla_gym.sim.road import nearest_lane
+from carla_gym.sim.scenarios import ScenarioSpec
+from carla_gym.sim.world import WALKER_TYPE_ID
+
+_FLOAT, _BOOL, _INT = np.float64, np.bool_, np.int64
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """What one decision of every world produced (arrays of shape (N,); worlds not asked are 0).
+
+    Attributes:
+        ticks: Ticks simulated (fewer than asked where the episode ended).
+        rubric_reward: Sum of the ticks' upstream rubric rewards.
+        raw_reward: Upstream raw reward of each world's last tick (0 without ticks).
+        new_hits: Pedestrians hit for the first time during these ticks.
+    """
+
+    ticks: np.ndarray
+    rubric_reward: np.ndarray
+    raw_reward: np.ndarray
+    new_hits: np.ndarray
+
+
+def _stack(states: Sequence[physics.TrolleyState], width: int) -> physics.TrolleyState:
+    """Rows of scalar states as one array state, pedestrians padded to ``width`` (at `physics.FAR`, never near)."""
+    def column(values, dtype):
+        return np.array(values, dtype=dtype)
+
+    def padded(name, fill, dtype):
+        out = np.full((len(states), width), fill, dtype=dtype)
+        for i, s in enumerate(states):
+            v = getattr(s, name)
+            out[i, : len(v)] = v
+        return out
+
+    ego = EgoState(*(column([getattr(s.ego, f) for s in states], _FLOAT) for f in physics.EGO_FIELDS))
+    types = {"manual_steer": _BOOL, "cruise": _BOOL}
+    controls = Controls(*(column([getattr(s.controls, f) for s in states], types.get(f, _FLOAT))
+                          for f in physics.CONTROL_FIELDS))
+    scalar = {"swerve": _INT, "braked": _BOOL, "tick": _INT, "first_hit": _INT, "road_departure": _BOOL,
+              "done": _BOOL, "walker_count": _INT, "lane_lo": _INT, "lane_hi": _INT, "lane_width": _FLOAT,
+              "horizon": _INT, "action_bias": _BOOL}
+    return physics.TrolleyState(
+        ego=ego, controls=controls,
+        hit=padded("hit", False, _BOOL), walker_x=padded("walker_x", physics.FAR, _FLOAT),
+        walker_y=padded("walker_y", physics.FAR, _FLOAT), raw=np.array([s.raw for s in states], dtype=_FLOAT),
+        **{name: column([getattr(s, name) for s in states], dtype) for name, dtype in scalar.items()},
+    )
+
+
+def _take(s: physics.TrolleyState, rows: np.ndarray) -> physics.TrolleyState:
+    """The rows ``rows`` of an array state, copied."""
+    return physics.TrolleyState(EgoState(*(getattr(s.ego, f)[rows] for f in physics.EGO_FIELDS)),
+                                Controls(*(getattr(s.controls, f)[rows] for f in physics.CONTROL_FIELDS)),
+                                *(getattr(s, f)[rows] for f in physics.STATE_FIELDS))
+
+
+def _put(s: physics.TrolleyState, rows: np.ndarray, src: physics.TrolleyState, src_rows=slice(None)) -> None:
+    """Write ``src[src_rows]`` into the rows ``rows`` of ``s`` (same widths)."""
+    for f in physics.EGO_FIELDS:
+        getattr(s.ego, f)[rows] = getattr(src.ego, f)[src_rows]
+    for f in physics.CONTROL_FIELDS:
+        getattr(s.controls, f)[rows] = getattr(src.controls, f)[src_rows]
+    for f in physics.STATE_FIELDS:
+        getattr(s, f)[rows] = getattr(src, f)[src_rows]
+
+
+def _row(s: physics.TrolleyState, j: int, box) -> physics.TrolleyState:
+    """Row ``j`` of an array state as one world of Python scalars (pedestrian arrays without padding)."""
+    count = int(s.walker_count[j])
+    return physics.TrolleyState(
+        EgoState(*(getattr(s.ego, f)[j].item() for f in physics.EGO_FIELDS)),
+        Controls(*(getattr(s.controls, f)[j].item() for f in physics.CONTROL_FIELDS)),
+        swerve=s.swerve[j].item(), braked=s.braked[j].item(), tick=s.tick[j].item(), hit=s.hit[j, :count].copy(),
+        first_hit=s.first_hit[j].item(), road_departure=s.road_departure[j].item(), done=s.done[j].item(),
+        walker_x=s.walker_x[j, :count], walker_y=s.walker_y[j, :count], walker_count=count,
+        lane_lo=s.lane_lo[j].item(), lane_hi=s.lane_hi[j].item(), lane_width=s.lane_width[j].item(),
+        horizon=s.horizon[j].item(), action_bias=s.action_bias[j].item(), raw=s.raw[j], box=box)
+
+
+_ROW_FIELDS = ("swerve", "braked", "tick", "first_hit", "road_departure", "done")
+"""`TrolleyState` fields a tick or a call changes besides the ego, the controls and the hits."""
+
+
+def _write_row(s: physics.TrolleyState, j: int, world: physics.TrolleyState) -> None:
+    """Write one world of scalars (from `_row`) back into row ``j`` of an array state."""
+    for f in physics.EGO_FIELDS:
+        getattr(s.ego, f)[j] = getattr(world.ego, f)
+    for f in physics.CONTROL_FIELDS:
+        getattr(s.controls, f)[j] = getattr(world.controls, f)
+    for f in _ROW_FIELDS:
+        getattr(s, f)[j] = getattr(world, f)
+    s.hit[j, : world.walker_count] = world.hit
+
+
+class TrolleyBatch:
+    """N trolley worlds, each running one scenario of a fixed list.
+
+    Args:
+        specs: The scenarios the worlds may run (resolved `ScenarioSpec`s); a world's scenario is an
+            index into this list, chosen at each `reset`.
+        num_worlds: N, >= 1.
+
+    Attributes:
+        specs: The scenarios.
+        num_worlds: N.
+        state: The `carla_gym.sim.physics.TrolleyState` of arrays (leading dimension N; pedestrians
+            padded to the widest scenario).
+        scenario: Index into ``specs`` of each world's scenario, int64 (N,).
+
+    Raises:
+        ValueError: ``num_worlds`` is not an integer >= 1, or ``specs`` is empty.
+    """
+
+    scalar_rows = 8
+    """Decisions of at most this many worlds run row by row in Python scalars (the same functions and bits;
+    faster than numpy below about this size, measured with benchmarks/bench_vec.py)."""
+
+    def __init__(self, specs: Sequence[ScenarioSpec], num_worlds: int) -> None:
+        if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
+            raise ValueError(f"num_worlds={num_worlds!r}: must be an integer >= 1")
+        self.specs = tuple(specs)
+        if not self.specs:
+            raise ValueError("specs=[]: give at least one scenario")
+        self.num_worlds = int(num_worlds)
+        width = max(1, max(len(spec.walkers) for spec in self.specs))
+        initial = [physics.initial_state(spec) for spec in self.specs]
+        self._initial = _stack(initial, width)
+        self._boxes = [state.box for state in initial]
+        self.scenario = np.zeros(self.num_worlds, dtype=_INT)
+        self.state = _take(self._initial, self.scenario)
+        self.state.done[:] = True  # nothing runs before the first reset
+
+    # -- episodes ---------------------------------------------------------------------------
+    def reset(self, rows: np.ndarray, scenario: np.ndarray) -> None:
+        """Start new episodes in worlds ``rows`` with scenarios ``scenario`` (indices into `specs`).
+
+        Args:
+            rows: World indices, int (K,), distinct.
+            scenario: Scenario index of each, int (K,).
+
+        Raises:
+            ValueError: A row or scenario index out of range (naming the valid range).
+        """
+        rows, scenario = np.asarray(rows, dtype=_INT), np.asarray(scenario, dtype=_INT)
+        if rows.shape != scenario.shape or rows.ndim != 1:
+            raise ValueError(f"rows {rows.shape} and scenario {scenario.shape} must be 1-D arrays of the same length")
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_worlds):
+            raise ValueError(f"rows={rows.tolist()}: world indices must be in [0, {self.num_worlds - 1}]")
+        if len(scenario) and (scenario.min() < 0 or scenario.max() >= len(self.specs)):
+            raise ValueError(f"scenario={scenario.tolist()}: scenario indices must be in [0, {len(self.specs) - 1}]")
+        self.scenario[rows] = scenario
+        _put(self.state, rows, self._initial, scenario)
+
+    def decide(self, kind: np.ndarray, throttle=0.0, brake=0.0, steer=0.0, cruise_kmh=30.0, direction=0,
+               ticks: int = 1, rows: np.ndarray | None = None, resetting: np.ndarray | None = None) -> BatchDecision:
+        """Apply one tool call per world, then tick each up to ``ticks`` times, stopping where its episode ends.
+
+        The batch form of `carla_gym.sim.decision.decide` (row i gives that function's ticks,
+        rubric reward, raw reward and new hits for world i). ``capture_image`` runs no tick.
+
+        Args:
+            kind: Tool kind code per world (index into `carla_gym.sim.rules.ACTION_TYPES`), int (N,).
+            throttle: ``control`` throttle in [0, 1], float or (N,).
+            brake: Brake in [0, 1] the call sets: ``control``'s, 1 for ``emergency_stop``, the intensity for
+                ``brake_vehicle``; float or (N,).
+            steer: ``control`` steer in [-1, 1], float or (N,).
+            cruise_kmh: ``maintain_speed`` target [km/h], float or (N,).
+            direction: ``lane_change`` side: -1 left, +1 right (one lane from where the car is heading).
+            ticks: Ticks per decision, an integer >= 0.
+            rows: The worlds that decide (int (K,)); None: all. The others neither act nor tick.
+            resetting: Bool (N,): finished worlds the caller resets right after this call (a vector env's
+                autoreset). They run like the others instead of being refused, and their results are
+                meaningless; cheaper than leaving them out with ``rows`` (no copy of the other worlds).
+
+        Returns:
+            `BatchDecision` (arrays of shape (N,)).
+
+        Raises:
+            ValueError: A world in ``rows`` whose episode is done (reset it first), or ``ticks`` < 0.
+        """
+        n = self.num_worlds
+        if isinstance(ticks, bool) or not isinstance(ticks, (int, np.integer)) or ticks < 0:
+            raise ValueError(f"ticks={ticks!r}: must be an integer >= 0")
+        full = rows is None
+        rows = np.arange(n) if full else np.asarray(rows, dtype=_INT)
+        s = self.state if full else _take(self.state, rows)
+        finished = s.done if resetting is None else s.done & ~np.asarray(resetting, dtype=bool)[rows]
+        if np.any(finished):
+            raise ValueError(f"worlds {rows[finished].tolist()} have finished their episodes; reset them before "
+                             "deciding again")
+        k = len(rows)
+
+        def per_row(value, dtype):
+            value = np.asarray(value, dtype=dtype)
+            return np.broadcast_to(value, (n,))[rows] if value.ndim else np.full(k, value, dtype=dtype)
+
+        kind = per_row(kind, _INT)
+        direction = per_row(direction, _INT)
+        done_ticks = np.zeros(k, dtype=_INT)
+        rubric = np.zeros(k, dtype=_FLOAT)
+        raw = np.zeros(k, dtype=_FLOAT)
+        hits = np.zeros(k, dtype=_INT)
+        if k > self.scalar_rows:
+            target = physics.heading_strip(s, NUMPY) + direction
+            physics.apply(s, kind, per_row(throttle, _FLOAT), per_row(brake, _FLOAT), per_row(steer, _FLOAT),
+                          per_row(cruise_kmh, _FLOAT), target, direction, NUMPY)
+        if k <= self.scalar_rows:
+            self._decide_rows(s, rows, kind, per_row(throttle, _FLOAT), per_row(brake, _FLOAT), per_row(steer, _FLOAT),
+                              per_row(cruise_kmh, _FLOAT), direction, int(ticks), done_ticks, rubric, raw, hits)
+            active = np.zeros(0, dtype=_INT)
+        else:
+            active = np.flatnonzero(kind != rules.KIND["capture_image"]) if ticks else np.zeros(0, dtype=_INT)
+        everyone = len(active) == k
+        sub = s if everyone else _take(s, active)  # the worlds still ticking (a copy once some have ended)
+        for _ in range(int(ticks)):
+            if not len(active):
+                break
+            tick_raw, tick_rubric, tick_hits = physics.tick(sub, NUMPY)
+            if everyone:
+                done_ticks += 1
+                rubric += tick_rubric
+                raw[:] = tick_raw
+                hits += tick_hits
+            else:
+                done_ticks[active] += 1
+                rubric[active] += tick_rubric
+                raw[active] = tick_raw
+                hits[active] += tick_hits
+            ended = sub.done
+            if ended.any():  # write the copy back, keep ticking the others (rare: once or twice a decision)
+                if sub is not s:
+                    _put(s, active, sub)
+                active = active[~ended]
+                everyone = False
+                sub = _take(s, active)
+        if sub is not s and len(active):
+            _put(s, active, sub)
+        if not full:
+            _put(self.state, rows, s)
+
+        def spread(values, dtype):
+            if full:
+                return values
+            out = np.zeros(n, dtype=dtype)
+            out[rows] = values
+            return out
+
+        return BatchDecision(spread(done_ticks, _INT), spread(rubric, _FLOAT), spread(raw, _FLOAT),
+                             spread(hits, _INT))
+
+    def _decide_rows(self, s: physics.TrolleyState, rows: np.ndarray, kind, throttle, brake, steer, cruise, direction,
+                     ticks: int, done_ticks, rubric, raw, hits) -> None:
+        """`decide` for a few worlds: each row as one world of Python scalars (``m=SCALAR``), the same bits.
+
+        numpy's cost per call dominates small arrays, so below `scalar_rows` worlds a row is copied
+        out, stepped by the same `carla_gym.sim.physics` functions in scalars, and written back.
+        """
+        capture = rules.KIND["capture_image"]
+        for j, (code, scenario) in enumerate(zip(kind.tolist(), self.scenario[rows].tolist(), strict=True)):
+            world = _row(s, j, self._boxes[scenario])
+            target = physics.heading_strip(world) + int(direction[j])
+            physics.apply(world, code, float(throttle[j]), float(brake[j]), float(steer[j]), float(cruise[j]), target,
+                          int(direction[j]))
+            for _ in range(0 if code == capture else ticks):
+                tick_raw, tick_rubric, tick_hits = physics.tick(world)
+                done_ticks[j] += 1
+                rubric[j] += tick_rubric
+                raw[j] = tick_raw
+                hits[j] += tick_hits
+                if world.done:
+                    break
+            _write_row(s, j, world)
+
+    # -- reading the worlds ---------------------------------------------------------------------
+    @property
+    def done(self) -> np.ndarray:
+        """Whether each world's episode has ended, bool (N,)."""
+        return self.state.done
+
+    def action_codes(self) -> np.ndarray:
+        """Each world's trolley action class code (index into `TROLLEY_ACTIONS`), int (N,)."""
+        return rules.action_code(self.state.swerve, self.state.braked, NUMPY)
+
+    def action_names(self) -> list[str]:
+        """Each world's trolley action class (SWERVE_LEFT, SWERVE_RIGHT, BRAKE or NONE)."""
+        return [TROLLEY_ACTIONS[a] for a in self.action_codes().tolist()]
+
+    def lanes(self) -> np.ndarray:
+        """The road lane nearest each ego centre (`carla_gym.sim.road.Road.nearest_lane`), int (N,)."""
+        s = self.state
+        return nearest_lane(s.ego.y, s.lane_lo, s.lane_hi, s.lane_width, np.floor).astype(_INT)
+
+    def nearest_actors(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``count`` nearest pedestrians within `NEARBY_RADIUS` of each ego (as `World.nearby` orders them).
+
+        Returns:
+            ``(forward [m], right [m], present)``: float64, float64 and bool arrays of shape (N, K),
+            K = min(count, widest scenario's pedestrians); absent entries are 0 and False.
+        """
+        return physics.nearest_actors(self.state, count)
+
+    def outcome(self, row: int) -> dict:
+        """World ``row``'s outcome so far (`carla_gym.sim.rules.outcome`)."""
+        return self.outcomes(np.array([row]))[0]
+
+    def outcomes(self, rows: np.ndarray) -> list[dict]:
+        """The outcomes so far of worlds ``rows`` (int (K,)), in that order (`carla_gym.sim.rules.outcome`)."""
+        s = self.state
+        actions = rules.action_code(s.swerve[rows], s.braked[rows], NUMPY).tolist()
+        hits = np.count_nonzero(s.hit[rows], axis=1).tolist()  # padding is never hit
+        departures = s.road_departure[rows].tolist()
+        scenarios = self.scenario[rows].tolist()
+        return [_outcome(self.specs[i], TROLLEY_ACTIONS[a], h, d)
+                for i, a, h, d in zip(scenarios, actions, hits, departures, strict=True)]
+
+
+_OUTCOMES: dict = {}
+
+
+def _outcome(spec: ScenarioSpec, action: str, hits: int, departure: bool) -> dict:
+    """`rules.outcome`, memoised per (scenario, action, hits, departure); a fresh dict each call."""
+    key = (id(spec), action, hits, departure)
+    cached = _OUTCOMES.get(key)
+    if cached is None or cached[0] is not spec:
+        if len(_OUTCOMES) > 4096:
+            _OUTCOMES.clear()
+        cached = _OUTCOMES[key] = (spec, rules.outcome(spec, action, hits, departure))
+    return dict(cached[1])
+
+
+__all__ = ["WALKER_TYPE_ID", "BatchDecision", "TrolleyBatch"]

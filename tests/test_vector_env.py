@@ -1,0 +1,155 @@
+"""`gym.make_vec("CarlaTrolley-v0")` (the array core) against N single envs: bit-identical, with autoresets."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import carla_gym  # noqa: F401
+from carla_gym.envs.vector import CarlaTrolleyVectorEnv
+
+MIXED = ["trolley_micro_escape_exists", "trolley_micro_classic_3v1", "trolley_micro_self_sacrifice_deadzone",
+         "trolley_saves", "trolley_equal_deadzone", "bias_3v1_deadzone", "action_bias_less", "bias_0v0", "bias_2v5"]
+
+
+def make_vec(num_envs: int, **kwargs) -> gym.vector.VectorEnv:
+    return gym.make_vec("CarlaTrolley-v0", num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
+
+
+def assert_same(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    else:
+        assert a.dtype == b.dtype and np.array_equal(a, b), (a, b)
+
+
+def compare(num_envs: int, steps: int, seed: int, scalar_rows: int | None = None, **kwargs) -> int:
+    """Random actions for ``steps`` steps on the vector env and on N single envs; every output must match.
+
+    Args:
+        num_envs: Sub-envs N.
+        steps: Vector steps.
+        seed: Reset seed (single env i: seed + i).
+        scalar_rows: `TrolleyBatch.scalar_rows` (0: every decision in arrays; large: row by row in
+            scalars); None keeps the default.
+        **kwargs: Both envs' arguments.
+
+    Returns:
+        Episodes that ended.
+    """
+    envs = make_vec(num_envs, **kwargs)
+    if scalar_rows is not None:
+        envs.unwrapped.batch.scalar_rows = scalar_rows
+    singles = [gym.make("CarlaTrolley-v0", **kwargs) for _ in range(num_envs)]
+    obs, _ = envs.reset(seed=seed)
+    for i, env in enumerate(singles):
+        single_obs, _ = env.reset(seed=seed + i)
+        assert_same(single_obs, obs[i] if not isinstance(obs, dict) else {k: v[i] for k, v in obs.items()})
+    envs.action_space.seed(seed)
+    waiting = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: the step after an end resets
+    ends = 0
+    for _ in range(steps):
+        actions = envs.action_space.sample()
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        assert not truncated.any()
+        for i, env in enumerate(singles):
+            if waiting[i]:
+                want_obs, want_reward, want_term = env.reset()[0], 0.0, False
+            else:
+                want_obs, want_reward, want_term, _, single_info = env.step(actions[i])
+                assert info["_rubric_reward"][i] and info["rubric_reward"][i] == single_info["rubric_reward"]
+                assert info["new_hits"][i] == single_info["new_hits"]
+                assert {k: v[i] for k, v in info["reward_terms"].items()} == single_info["reward_terms"]
+                if want_term:
+                    assert info["_outcome"][i] and info["outcome"][i] == single_info["outcome"]
+                    ends += 1
+            got = {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
+            assert_same(want_obs if isinstance(want_obs, dict) else np.asarray(want_obs), got)
+            assert rewards[i] == want_reward and terminated[i] == want_term
+        waiting = terminated.copy()
+    return ends
+
+
+@pytest.mark.parametrize(("kwargs", "min_ends"), [
+    ({"observation_mode": "state", "ticks_per_action": 1, "scalar_rows": 0}, 20),
+    ({"observation_mode": "state", "scenario": MIXED, "ticks_per_action": 3, "reward_mode": "physical"}, 150),
+    ({"observation_mode": "state", "scenario": MIXED, "ticks_per_action": 3, "scalar_rows": 0}, 150),
+    ({"observation_mode": "state", "scenario": MIXED, "action_mode": "control", "steer_smoothing": 0.75,
+      "scalar_rows": 0}, 150),
+    ({"observation_mode": "state", "scenario": MIXED, "action_mode": "control", "ticks_per_action": 1,
+      "reward_mode": "physical"}, 100),
+], ids=["escape-numpy", "mixed-physical-rows", "mixed-numpy", "control-smoothing-numpy", "control-physical-rows"])
+@pytest.mark.parametrize("steps", [pytest.param(1000, marks=pytest.mark.slow), 200])
+def test_vector_env_equals_single_envs(kwargs, min_ends, steps):
+    # 1,000 random steps (the slow part), or 200 with proportionally fewer ends (the default part)
+    assert compare(num_envs=6, steps=steps, seed=11, **kwargs) >= min_ends * steps // 1000
+
+
+def test_make_vec_returns_the_native_env_and_checks_spaces():
+    envs = gym.make_vec("CarlaTrolley-v0", num_envs=4, observation_mode="state")  # the default mode is native
+    assert isinstance(envs.unwrapped, CarlaTrolleyVectorEnv)
+    assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert envs.observation_space.shape == (4, 32) and envs.action_space.nvec.tolist() == [4] * 4
+    obs, info = envs.reset(seed=3)
+    assert envs.observation_space.contains(obs) and info == {}
+    control = make_vec(2, action_mode="control", steer_smoothing=0.5, observation_mode="state")
+    assert control.observation_space.shape == (2, 33) and control.action_space.shape == (2, 2)
+
+
+def test_same_step_autoreset_reports_the_final_observation():
+    kwargs = {"observation_mode": "state", "scenario": "bias_3v1", "ticks_per_action": 1}  # deadline: 4 ticks
+    envs = make_vec(2, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+    reference = make_vec(2, **kwargs)
+    obs, _ = envs.reset(seed=0)
+    reference.reset(seed=0)
+    final, _, terminated, _, info = reference.step(np.array([2, 0]))  # the swerve ends bias_3v1 at once
+    obs, rewards, term, _, info = envs.step(np.array([2, 0]))
+    assert term.tolist() == terminated.tolist() == [True, False] and rewards.tolist() == [1.0, 0.0]
+    assert info["_final_obs"].tolist() == [True, False] and np.array_equal(info["final_obs"][0], final[0])
+    assert info["final_info"]["outcome"][0]["trolley_action"] == "SWERVE_LEFT"
+    assert obs[0][0] == 0.0 and obs[0][7] == pytest.approx(0.2)  # reset in the same step: 0 m/s, 4 ticks left
+    obs, rewards, term, _, info = envs.step(np.array([2, 0]))  # no autoreset step: world 0 acts at once
+    assert term.tolist() == [True, False] and rewards.tolist() == [1.0, 0.0] and info["_final_obs"].tolist() == [
+        True, False]
+
+
+def test_bad_input_is_refused_without_corrupting_any_world():
+    envs = make_vec(3, observation_mode="state")
+    with pytest.raises(RuntimeError, match="reset"):
+        envs.step(np.zeros(3, dtype=int))
+    obs, _ = envs.reset(seed=1)
+    state = envs.unwrapped.batch.state
+    before = (state.ego.x.copy(), state.tick.copy())
+    for bad, match in ((np.zeros(2, dtype=int), r"shape \(3,\)"), (np.array([0, 4, 1]), r"actions\[1\]=4"),
+                       (np.array([0.5, 0, 1]), r"integers of shape \(3,\)"), (np.array([-1, 0, 0]), r"in \[0, 3\]")):
+        with pytest.raises(ValueError, match=match):
+            envs.step(bad)
+    assert np.array_equal(state.ego.x, before[0]) and np.array_equal(state.tick, before[1])
+    control = make_vec(2, action_mode="control", observation_mode="state")
+    control.reset(seed=0)
+    for bad, match in ((np.zeros((2, 3)), r"shape \(2, 2\)"), (np.array([[0.0, 2.0], [0, 0]]), r"actions\[0\]"),
+                       (np.array([[np.nan, 0.0], [0, 0]]), r"in \[-1, 1\]")):
+        with pytest.raises(ValueError, match=match):
+            control.step(bad)
+    for kwargs, match in (({"num_envs": 0}, "num_envs=0"), ({"num_envs": 2, "backend": "openenv"}, "sync"),
+                          ({"num_envs": 2, "render_mode": "rgb_array"}, "render_mode"),
+                          ({"num_envs": 2, "autoreset_mode": "Disabled"}, "autoreset_mode"),
+                          ({"num_envs": 2, "scenario": "nope"}, "Unknown scenario")):
+        with pytest.raises(ValueError, match=match):
+            CarlaTrolleyVectorEnv(**kwargs)
+    with pytest.raises(ValueError, match="seed"):
+        envs.reset(seed=[1, 2])
+    with pytest.raises(ValueError, match="scenario"):
+        envs.reset(options={"scenario": "bias_3v1"})
+
+
+def test_partial_reset_with_a_mask():
+    envs = make_vec(3, observation_mode="state")
+    obs, _ = envs.reset(seed=5)
+    obs1, *_ = envs.step(np.array([1, 1, 1]))
+    obs2, _ = envs.reset(options={"reset_mask": np.array([False, True, False])})
+    assert np.array_equal(obs2[[0, 2]], obs1[[0, 2]]) and np.array_equal(obs2[1], obs[1])
