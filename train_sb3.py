@@ -423,13 +423,19 @@ def main(argv: list[str] | None = None) -> dict:
                      **presets.parse_overrides(args.algo, args.hp)}
     except ValueError as exc:
         sys.exit(str(exc))
+    vec_note = None
+    if point is None:  # an explicit --vec-env batched that cannot run is refused before any other check
+        try:
+            args, vec_note = resolve_vec_env(args, argv)
+        except ValueError as exc:  # a bad setting the env would refuse: check_args' message
+            sys.exit(str(exc))
     check_args(args, hyper, argv)
     out = Path(args.output_dir)
     if point is None:  # SB3 trains in whole rollouts: say how many steps that makes before anything else
         steps, note = presets.whole_rollouts(args.algo, args.n_envs, hyper, args.total_timesteps)
         if note:
             print(note, flush=True)
-        args, vec_note = resolve_vec_env(dataclasses.replace(args, total_timesteps=steps), argv)
+        args = dataclasses.replace(args, total_timesteps=steps)
         if vec_note:
             print(vec_note, flush=True)
     torch.manual_seed(args.seed)
@@ -485,7 +491,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                              max(args.eval_episodes // 5, 1)), trained.name),
                                  args.eval_freq, out / "evaluations.csv", clock)
     print(f"training {args.algo.upper()} ({args.policy}, {args.action_mode} actions, preset {args.preset}) for "
-          f"{args.total_timesteps} steps on {len(args.scenario)} {args.env} scenario(s) with {args.n_envs} envs; "
+          f"{args.total_timesteps} steps on {len(args.scenario)} {args.env} scenario(s) with {args.n_envs} envs "
+          f"({args.vec_env}); "
           f"run directory {out}", flush=True)
     if model.num_timesteps < args.total_timesteps:
         model.learn(total_timesteps=args.total_timesteps - model.num_timesteps, reset_num_timesteps=False,

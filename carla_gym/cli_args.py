@@ -185,6 +185,7 @@ def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0,
     import sys
     from urllib.parse import urlsplit
 
+    from carla_gym.hints import serve_command
     from carla_gym.openenv.urls import EXAMPLE_URL, url_problem
 
     problem = url_problem(url)
@@ -195,5 +196,5 @@ def check_url(url: str, flag: str = "--env-urls", timeout_s: float = 5.0,
     try:
         socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
     except OSError as exc:
-        sys.exit(f"{flag} {url}: cannot connect ({exc}); start a server there (carla-gym "
-                 f"serve --port {port}) or use the embedded simulator, which needs no server ({embedded})")
+        sys.exit(f"{flag} {url}: cannot connect ({exc}); start a server there ({serve_command('--port', str(port))}) "
+                 f"or use the embedded simulator, which needs no server ({embedded})")

@@ -63,6 +63,23 @@ def python_command(*args: str) -> str:
     return shlex.join([python, *args])
 
 
+def serve_command(*args: str) -> str:
+    """The shell command that starts this package's OpenEnv server, ``carla-gym serve`` with ``args``.
+
+    ``carla-gym serve ...`` when that script on ``PATH`` is this environment's, else this
+    interpreter running ``-m carla_gym.cli serve ...`` (the same entry point), so the line works
+    whether or not the environment is activated.
+
+    Example:
+        >>> serve_command("--port", "9").endswith("serve --port 9")
+        True
+    """
+    found = shutil.which("carla-gym")
+    if found and Path(found).absolute().parent == Path(sys.executable).absolute().parent:
+        return shlex.join(["carla-gym", "serve", *args])
+    return python_command("-m", "carla_gym.cli", "serve", *args)
+
+
 def typed_path(path: str | Path) -> str:
     """``path`` as the user can type it here: relative to the working directory when inside it, else absolute.
 

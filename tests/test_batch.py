@@ -52,7 +52,8 @@ def assert_row_equals(batch: TrolleyBatch, row: int, world: World) -> None:
 
 
 @pytest.mark.parametrize("scalar_rows", [0, 6, 100], ids=["numpy", "mixed", "scalar"])
-@pytest.mark.parametrize("ticks", [1, pytest.param(3, marks=pytest.mark.slow), 10])
+@pytest.mark.parametrize("ticks", [pytest.param(1, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow),
+                                   10])
 def test_random_calls_match_single_worlds(ticks, scalar_rows):
     # numpy: every decision in arrays; scalar: row by row in Python scalars; mixed: the autoreset-sized
     # subsets of 6 or fewer rows go row by row, the others in arrays.
@@ -136,9 +137,26 @@ def test_bad_arguments():
         batch.reset(np.array([2]), np.array([0]))
     with pytest.raises(ValueError, match=r"scenario indices must be in \[0, 0\]"):
         batch.reset(np.array([0]), np.array([1]))
+    with pytest.raises(ValueError, match="must be distinct"):
+        batch.reset(np.array([0, 0]), np.array([0, 0]))
     batch.reset(np.arange(2), np.zeros(2, dtype=int))
+    before = (batch.state.ego.x.copy(), batch.state.controls.path_y1.copy(), batch.state.tick.copy())
     with pytest.raises(ValueError, match="ticks=-1"):
         batch.decide(np.zeros(2, dtype=int), ticks=-1)
+    for kwargs, match in (({"kind": np.array([0, 99])}, r"kind=99: must be in \[0, 6\]"),
+                          ({"kind": np.array([-1, 0])}, r"kind=-1"),
+                          ({"kind": np.zeros(3, dtype=int)}, r"kind: expected integers of shape \(2,\)"),
+                          ({"kind": np.zeros(2), "steer": 0.0}, r"kind: expected integers"),
+                          ({"kind": 1, "throttle": np.array([0.5, np.nan])}, r"throttle=nan: must be in \[0.0, 1.0\]"),
+                          ({"kind": 5, "direction": 5}, r"direction=5: must be in \[-1, 1\]"),
+                          ({"kind": 4, "cruise_kmh": 300.0}, r"cruise_kmh=300.0"),
+                          ({"kind": 0, "rows": np.array([-1])}, r"world indices must be in \[0, 1\]"),
+                          ({"kind": 0, "rows": np.array([0, 0])}, r"must be distinct"),
+                          ({"kind": 0, "resetting": np.zeros(3, dtype=bool)}, r"resetting: expected a bool array")):
+        with pytest.raises(ValueError, match=match):
+            batch.decide(**kwargs)
+    assert all(np.array_equal(a, b) for a, b in zip(before, (batch.state.ego.x, batch.state.controls.path_y1,
+                                                             batch.state.tick), strict=True))  # nothing changed
 
 
 def test_scalar_and_numpy_namespaces_compute_the_same_bits():

@@ -370,6 +370,22 @@ def test_train_sb3_non_empty_output_hints_the_full_command_with_overwrite(tmp_pa
 
 # -- --env-urls: the server command a refused URL names ---------------------------------------------
 
+def hinted_serve(message: str, port: int) -> list[str]:
+    """The serve command a refused-URL message names, as argv (checked).
+
+    ``carla-gym serve --port P`` where that script is this environment's on PATH, else this
+    interpreter with ``-m carla_gym.cli serve --port P``.
+    """
+    tokens = shlex.split(re.search(r"start a server there \(([^)]*)\)", message).group(1))
+    script = shutil.which("carla-gym")
+    if script and Path(script).absolute().parent == Path(sys.executable).absolute().parent:
+        assert tokens == ["carla-gym", "serve", "--port", str(port)]
+    else:
+        assert tokens[1:] == ["-m", "carla_gym.cli", "serve", "--port", str(port)]
+        assert shutil.which(tokens[0]) and Path(shutil.which(tokens[0])).samefile(sys.executable)
+    return tokens
+
+
 def test_a_refused_server_url_names_a_serve_command_that_binds_that_port(monkeypatch):
     """The fast half of the check below: the hinted command, run in-process, would serve on that port."""
     import uvicorn
@@ -379,8 +395,7 @@ def test_a_refused_server_url_names_a_serve_command_that_binds_that_port(monkeyp
     port = free_port()
     with pytest.raises(SystemExit) as info:
         check_url(f"http://127.0.0.1:{port}")
-    tokens = shlex.split(re.search(r"start a server there \((carla-gym serve [^)]*)\)", str(info.value.code)).group(1))
-    assert tokens == ["carla-gym", "serve", "--port", str(port)]
+    tokens = hinted_serve(str(info.value.code), port)
     served = []
 
     class Recording:  # uvicorn's server, recording where it would listen instead of listening
@@ -392,7 +407,7 @@ def test_a_refused_server_url_names_a_serve_command_that_binds_that_port(monkeyp
             pass
 
     monkeypatch.setattr(uvicorn, "Server", Recording)
-    cli.main(tokens[1:])
+    cli.main(tokens[tokens.index("serve"):])
     assert [(config.host, config.port) for config in served] == [("127.0.0.1", port)]
 
 
@@ -410,10 +425,8 @@ def test_a_refused_server_url_names_the_serve_command_that_makes_it_work(tmp_pat
     url = f"http://127.0.0.1:{port}"
     with pytest.raises(SystemExit) as info:
         check_url(url)
-    tokens = shlex.split(re.search(r"start a server there \((carla-gym serve [^)]*)\)", str(info.value.code)).group(1))
-    assert tokens == ["carla-gym", "serve", "--port", str(port)]
-    script = shutil.which("carla-gym", path=str(Path(sys.executable).parent))  # this environment's console script
-    server = subprocess.Popen([script, *tokens[1:]], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tokens = hinted_serve(str(info.value.code), port)
+    server = subprocess.Popen(tokens, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # as printed
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -88,6 +88,9 @@ TINY_QWEN3 = (
 PYTHON_BLOCKS = {
     "Quick start / python 1": PyRun(),
     "Vector envs: many worlds in one call / python 1": PyRun(),
+    "Vector envs: many worlds in one call / python 2": PyRun(
+        reason="2,048 PPO steps (default part: 128)", slow=True,
+        fast_substitutions=((".learn(total_timesteps=2048)", ".learn(total_timesteps=128)"),)),
     "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
     "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
     "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),

@@ -26,6 +26,7 @@ from websockets.sync.server import serve
 import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
 from carla_gym import cli_args
 from carla_gym.backends.openenv import OpenEnvBackend
+from carla_gym.hints import serve_command
 from carla_gym.llm.tools import CarlaToolEnv, ToolEnvFactory
 from carla_gym.openenv import CarlaEnv
 from carla_gym.openenv.urls import EXAMPLE_URL, TIMEOUT_RANGE_S, check_timeout, check_url, url_problem
@@ -135,7 +136,7 @@ def test_refused_port_fails_at_once_through_gym_make(connects):
     assert str(caught.value) == (
         f"could not connect to ws://127.0.0.1:{port}/ws: connection refused: nothing listens on 127.0.0.1:{port} "
         "(refused at once, not retried; a server just started accepts connections once it prints its 'listening "
-        f"on' line). Either start a server there (carla-gym serve --port {port}) or use the embedded simulator, "
+        f"on' line). Either start a server there ({serve_command('--port', str(port))}) or use the embedded simulator, "
         "which needs no server (backend='embedded', the default: no base_url, no --env-urls)")
     env.close()
 
@@ -304,7 +305,7 @@ def test_cli_url_check_refuses_a_dead_port_at_once_with_both_ways_forward():
         cli_args.check_url(f"http://127.0.0.1:{port}", timeout_s=30, embedded="leave out --env-urls")
     assert time.monotonic() - start < 5.0
     assert str(caught.value) == (f"--env-urls http://127.0.0.1:{port}: cannot connect ([Errno 111] Connection "
-                                 f"refused); start a server there (carla-gym serve --port {port}) or use the "
+                                 f"refused); start a server there ({serve_command('--port', str(port))}) or use the "
                                  "embedded simulator, which needs no server (leave out --env-urls)")
 
 

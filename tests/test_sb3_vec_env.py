@@ -202,6 +202,7 @@ def test_train_sb3_runs_ppo_on_the_batched_env_by_default_and_learns_as_with_dum
     assert same_params(out / "model.zip", dummy / "model.zip")
 
 
+@pytest.mark.slow  # the checkpoint test above covers the batched worlds in the default part
 def test_resume_of_a_batched_run_after_a_crash_matches_the_uninterrupted_run(batched_run, tmp_path):
     full, _ = batched_run
     crashed = tmp_path / "crashed"

@@ -89,13 +89,21 @@ def test_vector_env_equals_single_envs(kwargs, min_ends, steps):
     assert compare(num_envs=6, steps=steps, seed=11, **kwargs) >= min_ends * steps // 1000
 
 
+@pytest.mark.parametrize("view", ["front", "birdeye"])
+def test_image_observations_equal_single_envs(view):
+    # images of every world rendered in one call (render_batch), pixel for pixel the single envs' frames
+    kwargs = {"scenario": MIXED, "image_view": view, "image_width": 48, "image_height": 32, "ticks_per_action": 2}
+    assert compare(num_envs=4, steps=120, seed=3, **kwargs) >= 10
+
+
 def test_make_vec_returns_the_native_env_and_checks_spaces():
     envs = gym.make_vec("CarlaTrolley-v0", num_envs=4, observation_mode="state")  # the default mode is native
     assert isinstance(envs.unwrapped, CarlaTrolleyVectorEnv)
     assert envs.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
     assert envs.observation_space.shape == (4, 32) and envs.action_space.nvec.tolist() == [4] * 4
     obs, info = envs.reset(seed=3)
-    assert envs.observation_space.contains(obs) and info == {}
+    assert envs.observation_space.contains(obs) and info["scenario"].tolist() == ["trolley_micro_escape_exists"] * 4
+    assert info["_scenario"].all() and set(info) == {"scenario", "_scenario"}
     control = make_vec(2, action_mode="control", steer_smoothing=0.5, observation_mode="state")
     assert control.observation_space.shape == (2, 33) and control.action_space.shape == (2, 2)
 
@@ -145,6 +153,55 @@ def test_bad_input_is_refused_without_corrupting_any_world():
         envs.reset(seed=[1, 2])
     with pytest.raises(ValueError, match="scenario"):
         envs.reset(options={"scenario": "bias_3v1"})
+
+
+def test_time_limit_truncates_as_gymnasiums_time_limit_on_single_envs():
+    kwargs = {"observation_mode": "state", "scenario": MIXED, "ticks_per_action": 1, "max_episode_steps": 7}
+    envs, singles = make_vec(3, **kwargs), [gym.make("CarlaTrolley-v0", **kwargs) for _ in range(3)]
+    envs.reset(seed=4)
+    for i, env in enumerate(singles):
+        env.reset(seed=4 + i)
+    rng, waiting, truncations = np.random.default_rng(0), np.zeros(3, dtype=bool), 0
+    for _ in range(60):
+        actions = rng.integers(0, 2, size=3)  # observe or brake: episodes reach the limit
+        obs, rewards, terminated, truncated, _ = envs.step(actions)
+        for i, env in enumerate(singles):
+            if waiting[i]:
+                want = (env.reset()[0], 0.0, False, False)
+            else:
+                want = env.step(actions[i])[:4]
+            assert np.array_equal(obs[i], want[0]) and (rewards[i], terminated[i], truncated[i]) == want[1:]
+        truncations += int(truncated.sum())
+        waiting = terminated | truncated
+    assert truncations >= 5
+
+
+def test_same_step_final_info_holds_only_the_sub_envs_that_ended():
+    envs = make_vec(2, observation_mode="state", scenario="bias_3v1", ticks_per_action=1,
+                    autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    _, _, terminated, _, info = envs.step(np.array([2, 0]))
+    final = info["final_info"]
+    assert terminated.tolist() == [True, False]
+    assert final["_rubric_reward"].tolist() == [True, False] and final["_outcome"].tolist() == [True, False]
+    assert info["_rubric_reward"].tolist() == [False, True] and "outcome" not in info  # the reset's info is empty
+
+
+def test_inputs_single_envs_take_are_taken_alike():
+    control = make_vec(2, action_mode="control", observation_mode="state")
+    control.reset(seed=2**70)  # Gymnasium's seeding takes big seeds
+    single = gym.make("CarlaTrolley-v0", action_mode="control", observation_mode="state")
+    single.reset(seed=2**70)
+    obs, *_ = control.step(np.array([[True, False], [False, True]]))  # booleans are numbers to both
+    assert np.array_equal(obs[0], single.step(np.array([True, False]))[0])
+    tools = make_vec(2, observation_mode="state")
+    tools.reset(seed=0)
+    with pytest.raises(ValueError, match=r"integers of shape \(2,\)"):
+        tools.step(np.array([np.inf, 0.0]))
+    with pytest.raises(ValueError, match="selects no sub-env"):
+        tools.reset(options={"reset_mask": np.zeros(2, dtype=bool)})
+    with pytest.raises(ValueError, match="seed=-1"):
+        tools.reset(seed=[0, -1])
 
 
 def test_partial_reset_with_a_mask():

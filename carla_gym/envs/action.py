@@ -56,6 +56,15 @@ def parse_control(action: ActType) -> tuple[float, float]:
         raise ValueError(f"action={action!r}: expected [steer, throttle_or_brake] with both entries in [-1, 1]")
     return steer, pedal
 
+def split_pedal(pedal):
+    """``(throttle, brake)`` of a ``throttle_or_brake`` entry: its positive part, and its negative part negated.
+
+    The one split of VLM-RL's second action entry, for a float (`ControlAction`) or an array (N,)
+    (the vector env, `carla_gym.envs.vector`).
+    """
+    return np.maximum(pedal, 0.0), np.maximum(np.negative(pedal), 0.0)
+
+
 class ActionType(abc.ABC):
     """What the agent's actions are: their space and the tool call each one makes.
 
@@ -150,7 +159,8 @@ class ControlAction(ActionType):
             ValueError: ``action`` is not two numbers in [-1, 1] (NaN included).
         """
         steer, pedal = parse_control(action)
-        call = ToolCall("control", throttle=max(pedal, 0.0), brake=max(-pedal, 0.0), steer=steer)
+        throttle, brake = split_pedal(pedal)
+        call = ToolCall("control", throttle=throttle, brake=brake, steer=steer)
         if self.smoothing:
             self._steer = S.smooth_steer(self._steer, steer, self.smoothing, self.duration)
             call = dataclasses.replace(call, steer=self._steer)

@@ -28,6 +28,8 @@ from carla_gym.sim.snapshot import Snapshot
 
 def _value(x):
     """A term's value: a Python float for one env, a float64 array (N,) for the vector env."""
+    if type(x) is float:
+        return x
     return x.astype(np.float64) if isinstance(x, np.ndarray) and x.ndim else float(x)
 
 

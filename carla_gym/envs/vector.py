@@ -35,22 +35,24 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from carla_gym.envs import spaces as S
-from carla_gym.envs.action import ControlAction, ToolsAction
+from carla_gym.envs.action import ControlAction, ToolsAction, split_pedal
 from carla_gym.envs.observation import DictObservation, StateObservation
 from carla_gym.envs.rewards import REWARD_TERMS
 from carla_gym.envs.trolley import DEFAULT_SCENARIO, CarlaTrolleyEnv
 from carla_gym.sim import constants as C
-from carla_gym.sim import rules
+from carla_gym.sim import physics, rules
 from carla_gym.sim.batch import TrolleyBatch
+from carla_gym.sim.kinematics import NUMPY
+from carla_gym.sim.render import render_batch
 from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
-from carla_gym.sim.validate import check_config, check_seed
+from carla_gym.sim.validate import check_config, check_number
+from carla_gym.sim.world import call_inputs
 
-_TOOL_KIND = np.array([rules.KIND[c.action_type] for c in ToolsAction.CALLS])
-"""Tool kind code of each tool index (`carla_gym.envs.spaces.TOOL_ACTIONS` through `ToolsAction.CALLS`)."""
-_TOOL_DIRECTION = np.array([{"left": -1, "right": 1}.get(c.lane_direction, 0) for c in ToolsAction.CALLS])
-"""Lane-change side of each tool index (0 for the others)."""
-_TOOL_BRAKE = np.array([1.0 if c.action_type == "emergency_stop" else 0.0 for c in ToolsAction.CALLS])
-"""Brake each tool index sets (`carla_gym.sim.world.World.apply`: emergency_stop brakes fully)."""
+_TOOL_INPUTS = np.array([call_inputs(call) for call in ToolsAction.CALLS], dtype=np.float64)
+"""`carla_gym.sim.world.call_inputs` of each tool index (rows in `carla_gym.envs.spaces.TOOL_ACTIONS` order)."""
+_TOOL_KIND, _TOOL_BRAKE, _TOOL_DIRECTION = (_TOOL_INPUTS[:, 0].astype(np.int64), _TOOL_INPUTS[:, 2],
+                                            _TOOL_INPUTS[:, 5].astype(np.int64))
+assert not _TOOL_INPUTS[:, [1, 3]].any()  # no tool sets a throttle or a steer
 
 SUPPORTED = {"action_mode": ("tools", "control"), "observation_mode": ("state", "dict"),
              "backend": ("embedded",)}
@@ -88,17 +90,22 @@ class CarlaTrolleyVectorEnv(VectorEnv):
     As the single env (``reward_mode`` "rubric" or "physical"); 0 for a sub-env's autoreset step.
 
     ## Episode End
-    ``terminated`` as the single env; ``truncated`` is always False. Autoreset: see the module docstring.
+    ``terminated`` as the single env; ``truncated`` is False unless ``max_episode_steps`` is given
+    (Gymnasium's ``TimeLimit`` on each sub-env, as ``gym.make(..., max_episode_steps=k)``). Autoreset:
+    see the module docstring; with ``SAME_STEP`` the info of a sub-env that ended is in
+    ``info["final_info"]`` and its top-level entries are the reset's (none).
 
     ## Info
     Gymnasium's vector format (each key with a boolean mask ``_key`` of the sub-envs it holds for):
     every step ``rubric_reward``, ``raw_reward``, ``new_hits``, ``ticks`` and ``reward_terms`` (a dict
     of arrays) for the sub-envs that stepped; ``outcome`` (the single env's outcome dict, object
-    array) for the sub-envs whose episode ended in this step. The single env's per-step scene keys
+    array) for the sub-envs whose episode ended in this step; ``scenario`` (the name drawn) for the
+    sub-envs that reset (at `reset` and at autoresets). The single env's per-step scene keys
     (speed, lane, text) are not repeated here: read the observation, or use single envs.
 
     ## Arguments
-    ``num_envs`` (N >= 1), ``autoreset_mode`` (``AutoresetMode.NEXT_STEP`` or ``SAME_STEP``), and the
+    ``num_envs`` (N >= 1), ``autoreset_mode`` (``AutoresetMode.NEXT_STEP`` or ``SAME_STEP``),
+    ``max_episode_steps`` (None, or a step limit per episode: truncation, as Gymnasium's ``TimeLimit``), and the
     single env's arguments (``scenario``, ``action_mode``, ``observation_mode``, ``reward_mode``,
     ``ticks_per_action``, ``image_width``, ``image_height``, ``image_view``, ``scenario_config``,
     ``steer_smoothing``), checked by the single env's rules. Not supported here: ``backend`` other than
@@ -116,26 +123,33 @@ class CarlaTrolleyVectorEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 1, scenario: str | Sequence[str] = DEFAULT_SCENARIO,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, **kwargs: Any) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, max_episode_steps: int | None = None,
+                 **kwargs: Any) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}: must be an integer >= 1")
+        if max_episode_steps is not None:
+            max_episode_steps = check_number("max_episode_steps", max_episode_steps, 1, 10**9, integer=True)
+        self.max_episode_steps = max_episode_steps
         for key in ("render_mode", "reward_frame_size", "info_text", "base_url", "connect_timeout_s",
                     "message_timeout_s"):
             if kwargs.get(key) not in (None, False):
-                raise ValueError(f"{key}={kwargs[key]!r} is not supported by the vector env; make single envs with "
-                                 "gym.make_vec(..., vectorization_mode='sync') instead")
+                raise ValueError(f"{key}={kwargs[key]!r} is not supported by the vector env; use single envs: "
+                                 "gym.make_vec(..., vectorization_mode='sync'), or for SB3 a DummyVecEnv of "
+                                 "gym.make envs (train_sb3.py --vec-env dummy)")
         for key, valid in SUPPORTED.items():
             value = kwargs.get(key, valid[0])
             if value not in valid:
                 raise ValueError(f"{key}={value!r}: the vector env supports {list(valid)}; for others use "
                                  "gym.make_vec(..., vectorization_mode='sync')")
+        given = autoreset_mode
         try:
             autoreset_mode = AutoresetMode(autoreset_mode)
         except ValueError:
             autoreset_mode = None
         if autoreset_mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-            raise ValueError(f"autoreset_mode: choose AutoresetMode.NEXT_STEP or AutoresetMode.SAME_STEP "
-                             f"(got {autoreset_mode!r})")
+            raise ValueError(f"autoreset_mode={given!r}: choose AutoresetMode.NEXT_STEP ('NextStep') or "
+                             "AutoresetMode.SAME_STEP ('SameStep'); DISABLED is not supported (use "
+                             "reset(options={'reset_mask': ...}) with NEXT_STEP instead)")
         # The single env checks every argument and owns the spaces; the vector env reuses both.
         self.single = CarlaTrolleyEnv(scenario=scenario, **kwargs)
         self.num_envs = int(num_envs)
@@ -157,6 +171,7 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._steer = np.zeros(self.num_envs)  # applied steer (steer_smoothing), 0 after a reset
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
+        self._elapsed = np.zeros(self.num_envs, dtype=np.int64)  # steps since each sub-env's reset (TimeLimit)
         self._started = False
 
     # -- Gymnasium API ----------------------------------------------------------------------
@@ -171,7 +186,7 @@ class CarlaTrolleyVectorEnv(VectorEnv):
                 sub-env) and ``{"reset_mask": bool (N,)}`` (reset only those sub-envs).
 
         Returns:
-            ``(observations, info)``; info is empty.
+            ``(observations, info)``; info holds each reset sub-env's ``scenario`` name (with mask ``_scenario``).
 
         Raises:
             ValueError: A bad seed or option (naming it and what is valid).
@@ -182,16 +197,24 @@ class CarlaTrolleyVectorEnv(VectorEnv):
             raise ValueError(f"reset options {unknown} are not supported; valid: ['reset_mask', 'scenario']")
         n = self.num_envs
         if seed is None or isinstance(seed, (int, np.integer)):
-            seeds = [None] * n if seed is None else [check_seed(seed + i) for i in range(n)]
+            seeds = [None] * n if seed is None else [int(seed) + i for i in range(n)]
         else:
             seeds = list(seed)
             if len(seeds) != n:
                 raise ValueError(f"seed: expected None, an int or {n} seeds, got {len(seeds)}")
-            seeds = [check_seed(s) for s in seeds]
         mask = np.ones(n, dtype=bool) if "reset_mask" not in options else np.asarray(options["reset_mask"])
         if mask.shape != (n,) or mask.dtype != np.bool_:
             raise ValueError(f"options['reset_mask']: expected a bool array of shape ({n},), got "
                              f"{getattr(mask, 'dtype', type(mask))} of shape {getattr(mask, 'shape', None)}")
+        if not mask.any():
+            raise ValueError("options['reset_mask'] selects no sub-env; select at least one (or leave it out)")
+        generators = {}
+        for row in np.flatnonzero(mask).tolist():
+            if seeds[row] is not None or self._rngs[row] is None:
+                try:  # gymnasium.Env.reset seeds np_random this way (and checks the seed)
+                    generators[row] = seeding.np_random(seeds[row])[0]
+                except Exception as exc:
+                    raise ValueError(f"seed={seeds[row]!r} (sub-env {row}): {exc}") from exc
         scenario = options.get("scenario")
         if scenario is not None and scenario not in self.single.scenarios:
             raise ValueError(f"options['scenario']={scenario!r}: the vector env runs {list(self.single.scenarios)}; "
@@ -199,13 +222,14 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         if not self._started and not mask.all():
             raise ValueError("options['reset_mask'] must select every sub-env at the first reset")
         rows = np.flatnonzero(mask)
-        for row in rows:
-            if seeds[row] is not None or self._rngs[row] is None:
-                self._rngs[row] = seeding.np_random(seeds[row])[0]  # as gymnasium.Env.reset seeds np_random
+        for row, generator in generators.items():
+            self._rngs[row] = generator
         self._reset_rows(rows, scenario)
         self._started = True
         self._autoreset[rows] = False
-        return self._observe(), {}
+        info: dict[str, Any] = {}
+        self._reset_info(info, rows)
+        return self._observe(), info
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env (autoresetting those whose episode ended, per ``autoreset_mode``).
@@ -231,7 +255,7 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         before = batch.state.road_departure.copy()
         # the worlds that reset now run too (no copy of the others); the reset below overwrites them
         result = batch.decide(kind, throttle, brake, steer, 30.0, direction, self.single.ticks_per_action,
-                              resetting=self._autoreset if len(resets) else None)
+                              resetting=self._autoreset if len(resets) else None, check=False)  # _parse checked
         if applied is not None:
             self._steer[stepping] = applied[stepping]
         terms = self._terms(_Departure(before), _Departure(batch.state.road_departure), result.rubric_reward,
@@ -241,6 +265,10 @@ class CarlaTrolleyVectorEnv(VectorEnv):
             rewards = rewards + value
         terminated = batch.done.copy()
         stepped = ~self._autoreset
+        self._elapsed += stepped
+        truncated = np.zeros(n, dtype=bool)
+        if self.max_episode_steps is not None:  # Gymnasium's TimeLimit on each sub-env
+            truncated = stepped & ~terminated & (self._elapsed >= self.max_episode_steps)
         info: dict[str, Any] = {}
         for key, value in (("rubric_reward", result.rubric_reward), ("raw_reward", result.raw_reward),
                            ("new_hits", result.new_hits), ("ticks", result.ticks)):
@@ -258,25 +286,44 @@ class CarlaTrolleyVectorEnv(VectorEnv):
             info["outcome"], info["_outcome"] = outcome, terminated & stepped
         if len(resets):
             self._reset_rows(resets, None)
+            self._reset_info(info, resets)
             rewards[resets] = 0.0
             terminated[resets] = False
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and len(ended):
+        finished = np.flatnonzero(terminated | truncated)
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and len(finished):
             final_obs = self._observe()
-            final_info = {key: value for key, value in info.items()}
-            self._reset_rows(ended, None)
+            done = terminated | truncated
+            final_info = {}  # the finished step's info of the sub-envs that ended; theirs at top level is the reset's
+            for key in [k for k in info if not k.startswith("_")]:
+                final_info[key], final_info["_" + key] = info[key], info["_" + key] & done
+                info["_" + key] = info["_" + key] & ~done
+                if not info["_" + key].any():
+                    del info[key], info["_" + key]
+            self._reset_rows(finished, None)
+            self._reset_info(info, finished)
             obs = self._observe()
-            info["final_obs"], info["_final_obs"] = self._split(final_obs, ended), terminated.copy()
-            info["final_info"], info["_final_info"] = final_info, terminated.copy()
+            info["final_obs"], info["_final_obs"] = self._split(final_obs, finished), done.copy()
+            info["final_info"], info["_final_info"] = final_info, done.copy()
             self._autoreset[:] = False
         else:
             obs = self._observe()
-            self._autoreset = terminated.copy()
-        return obs, rewards, terminated, np.zeros(n, dtype=bool), info
+            self._autoreset = terminated | truncated
+        return obs, rewards, terminated, truncated, info
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release (the worlds are arrays)."""
 
     # -- helpers ------------------------------------------------------------------------------
+    def _reset_info(self, info: dict[str, Any], rows: np.ndarray) -> None:
+        """Add the reset info of sub-envs ``rows`` (each one's ``scenario`` name) to a vector info dict."""
+        if "scenario" not in info:
+            info["scenario"], info["_scenario"] = np.full(self.num_envs, None, dtype=object), np.zeros(
+                self.num_envs, dtype=bool)
+        names = self.single.scenarios
+        for row, index in zip(rows.tolist(), self.batch.scenario[rows].tolist(), strict=True):
+            info["scenario"][row] = names[index]
+        info["_scenario"][rows] = True
+
     def _reset_rows(self, rows: np.ndarray, scenario: str | None) -> None:
         """New episodes in ``rows``: each sub-env draws from its ``np_random`` as a single env's reset does."""
         names = self.single.scenarios
@@ -292,38 +339,41 @@ class CarlaTrolleyVectorEnv(VectorEnv):
             rng.integers(2**31 - 1)  # the single env's backend seed (no effect on the embedded simulator)
         self.batch.reset(rows, index)
         self._steer[rows] = 0.0
+        self._elapsed[rows] = 0
 
     def _parse(self, actions: Any):
         """Tool calls of a batch of actions (checked): kind, throttle, brake, steer, direction, applied steer."""
         n = self.num_envs
+        a = np.asarray(actions)
         if not self.control:
-            a = np.asarray(actions)
-            if a.shape != (n,) or not (np.issubdtype(a.dtype, np.integer) or (
-                    np.issubdtype(a.dtype, np.floating) and np.all(a == np.round(a)))):
-                raise ValueError(f"actions: expected integers of shape ({n},) (tool indices), got "
-                                 f"{a.dtype} of shape {a.shape}")
-            a = a.astype(np.int64)
+            integral = np.issubdtype(a.dtype, np.integer) or (
+                np.issubdtype(a.dtype, np.floating) and bool(np.all(np.isfinite(a) & (a == np.round(a)))))
+            if a.shape != (n,) or not integral:
+                raise ValueError(f"actions: expected integers of shape ({n},) (tool indices in [0, "
+                                 f"{len(S.TOOL_ACTIONS) - 1}]; floats with whole values are taken, as the single env "
+                                 f"takes them), got {a.dtype} of shape {a.shape}")
             bad = np.flatnonzero((a < 0) | (a >= len(S.TOOL_ACTIONS)))
             if len(bad):
                 names = ", ".join(f"{i}={t}" for i, t in enumerate(S.TOOL_ACTIONS))
                 raise ValueError(f"actions[{bad[0]}]={a[bad[0]]}: tool indices must be in "
                                  f"[0, {len(S.TOOL_ACTIONS) - 1}] ({names})")
+            a = a.astype(np.int64)
             return _TOOL_KIND[a], 0.0, _TOOL_BRAKE[a], 0.0, _TOOL_DIRECTION[a], None
-        a = np.asarray(actions)
-        if a.shape != (n, 2) or not np.issubdtype(a.dtype, np.number):
+        if a.shape != (n, 2) or not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
             raise ValueError(f"actions: expected numbers of shape ({n}, 2) ([steer, throttle_or_brake] per sub-env), "
                              f"got {a.dtype} of shape {a.shape}")
         a = a.astype(np.float64)
-        if not np.all((a >= -1.0) & (a <= 1.0)):  # also refuses NaN
-            row = int(np.flatnonzero(~np.all((a >= -1.0) & (a <= 1.0), axis=1))[0])
+        inside = np.all((a >= -1.0) & (a <= 1.0), axis=1)  # also refuses NaN
+        if not inside.all():
+            row = int(np.flatnonzero(~inside)[0])
             raise ValueError(f"actions[{row}]={a[row].tolist()}: both entries must be in [-1, 1]")
-        steer, pedal = a[:, 0].copy(), a[:, 1].copy()
+        steer = a[:, 0].copy()
+        throttle, brake = split_pedal(a[:, 1])
         applied = None
         smoothing = self.single.steer_smoothing
         if smoothing:
             steer = applied = S.smooth_steer(self._steer, steer, smoothing, self.single.ticks_per_action * C.DT)
-        return (np.full(n, rules.KIND["control"]), np.maximum(pedal, 0.0), np.maximum(-pedal, 0.0), steer, 0,
-                applied)
+        return np.full(n, rules.KIND["control"]), throttle, brake, steer, 0, applied
 
     def _observe(self) -> Any:
         """Observations of every world (the single env's layout, `carla_gym.envs.spaces.pack_state`)."""
@@ -331,13 +381,12 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         lane = batch.lanes()
         forward, right, present = batch.nearest_actors(S.MAX_ACTORS)
         steer = self._steer if self.single.steer_smoothing else None
-        state = S.pack_state(s.ego.speed * C.KMH_PER_MS, s.ego.y, s.ego.yaw, lane - 1 >= s.lane_lo,
-                             lane + 1 <= s.lane_hi, s.road_departure, s.first_hit >= 0,
-                             np.maximum(s.horizon - s.tick, 0), forward, right, present, steer)
+        left, right_lane = physics.lane_flags(lane, s.lane_lo, s.lane_hi)
+        state = S.pack_state(s.ego.speed * C.KMH_PER_MS, s.ego.y, s.ego.yaw, left, right_lane, s.road_departure,
+                             s.first_hit >= 0, physics.ticks_left(s.tick, s.horizon, NUMPY), forward, right, present,
+                             steer)
         if not self.images:
             return state
-        from carla_gym.sim.render import render_batch
-
         height, width = self.single.image_size
         specs = [batch.specs[i] for i in batch.scenario.tolist()]
         mask = np.arange(s.walker_x.shape[1]) < s.walker_count[:, None]

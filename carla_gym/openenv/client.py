@@ -50,6 +50,7 @@ from openenv.core.env_client import EnvClient
 from openenv.core.sync_client import SyncEnvClient
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from carla_gym.hints import serve_command
 from carla_gym.openenv.models import SESSION_CLOSED, CarlaAction, CarlaObservation, CarlaState, SessionClosedError
 from carla_gym.openenv.urls import check_timeout, check_url
 from carla_gym.sim.validate import json_safe
@@ -108,7 +109,8 @@ def _unreachable(ws_url: str, cause: BaseException, connect_timeout_s: float) ->
     else:
         why = f"{type(cause).__name__}: {cause}"
     local = host in ("127.0.0.1", "localhost", "::1")
-    serve = f"carla-gym serve --port {port}" if local else f"carla-gym serve --host 0.0.0.0 --port {port} on {host}"
+    serve = serve_command("--port", str(port)) if local else \
+        f"{serve_command('--host', '0.0.0.0', '--port', str(port))} on {host}"
     return (f"could not connect to {ws_url}: {why}. Either start a server there ({serve}) or use the embedded "
             "simulator, which needs no server (backend='embedded', the default: no base_url, no --env-urls)")
 

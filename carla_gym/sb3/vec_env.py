@@ -96,18 +96,24 @@ class CarlaTrolleyVecEnv(VecEnv):
             else:
                 groups.append((dict(options), [i]))
         obs = None
+        self.reset_infos = [{} for _ in range(self.num_envs)]
         for options, rows in groups:
             mask = np.zeros(self.num_envs, dtype=bool)
             mask[rows] = True
             if not self._started or mask.all():  # the first reset starts every world (then each group again)
-                obs, _ = self.vector.reset(seed=list(self._seeds), options=options or None)
+                obs, info = self.vector.reset(seed=list(self._seeds), options=options or None)
             else:
-                obs, _ = self.vector.reset(seed=list(self._seeds), options={**options, "reset_mask": mask})
+                obs, info = self.vector.reset(seed=list(self._seeds), options={**options, "reset_mask": mask})
+            self._reset_infos_from(info)
             self._started = True
         self._reset_seeds()
         self._reset_options()
-        self.reset_infos = [{} for _ in range(self.num_envs)]
         return self._sb3_obs(obs)
+
+    def _reset_infos_from(self, info: dict) -> None:
+        """Keep the reset info of the envs that reset (the vector env's ``scenario``) in SB3's ``reset_infos``."""
+        for i in np.flatnonzero(info.get("_scenario", ())).tolist():
+            self.reset_infos[i] = {"scenario": info["scenario"][i]}
 
     def step_async(self, actions: np.ndarray) -> None:
         """Keep ``actions`` (int (N,) tool indices or float (N, 2) controls) for `step_wait`."""
@@ -133,11 +139,13 @@ class CarlaTrolleyVecEnv(VecEnv):
         obs, rewards, terminated, truncated, info = self.vector.step(actions)
         dones = terminated | truncated
         infos = [{} for _ in range(self.num_envs)]
-        for key, value in info.items():
-            if key.startswith("_") or key in ("final_obs", "final_info"):
-                continue
-            for i in np.flatnonzero(info["_" + key]).tolist():
-                infos[i][key] = _item(value, i)
+        self._reset_infos_from(info)
+        for source in (info, info.get("final_info", {})):  # an env that ended: its step's info is final_info
+            for key, value in source.items():
+                if key.startswith("_") or key in ("final_obs", "final_info") or source is info and key == "scenario":
+                    continue
+                for i in np.flatnonzero(source["_" + key]).tolist():
+                    infos[i][key] = _item(value, i)
         for i in range(self.num_envs):
             infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
         for i in np.flatnonzero(dones).tolist():
@@ -182,8 +190,17 @@ class CarlaTrolleyVecEnv(VecEnv):
             AttributeError: Always (the message says what to do instead).
         """
         raise AttributeError(f"CarlaTrolleyVecEnv has no per-env method {method_name!r}: its worlds are rows of one "
-                             "array batch; use reset()/step() on the VecEnv, or make_venv(..., vec_env='dummy') for "
-                             "single env objects")
+                             "array batch; use reset()/step() on the VecEnv, or single env objects in a "
+                             "DummyVecEnv (train_sb3.py --vec-env dummy)")
+
+    def get_images(self) -> list[np.ndarray]:
+        """Refused: the batched env has no ``render_mode`` (frames are rendered as observations).
+
+        Raises:
+            NotImplementedError: Always, naming the ways to get frames.
+        """
+        raise NotImplementedError("CarlaTrolleyVecEnv renders no frames; use observation_mode='dict' for camera "
+                                  "observations, or single envs with render_mode='rgb_array' (a DummyVecEnv)")
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """False for every env of ``indices``: the worlds are not Gymnasium envs, so no gym wrapper wraps them."""

@@ -34,10 +34,11 @@ import numpy as np
 from carla_gym.sim import physics, rules
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.control import Controls
+from carla_gym.sim.decision import tick_loop
 from carla_gym.sim.kinematics import NUMPY, EgoState
 from carla_gym.sim.road import nearest_lane
 from carla_gym.sim.scenarios import ScenarioSpec
-from carla_gym.sim.world import WALKER_TYPE_ID
+from carla_gym.sim.world import WALKER_TYPE_ID, TickResult
 
 _FLOAT, _BOOL, _INT = np.float64, np.bool_, np.int64
 
@@ -101,6 +102,28 @@ def _put(s: physics.TrolleyState, rows: np.ndarray, src: physics.TrolleyState, s
         getattr(s.controls, f)[rows] = getattr(src.controls, f)[src_rows]
     for f in physics.STATE_FIELDS:
         getattr(s, f)[rows] = getattr(src, f)[src_rows]
+
+
+def _check_calls(n: int, kind, throttle, brake, steer, cruise_kmh, direction) -> None:
+    """Refuse tool-call arrays a `ToolCall` would refuse: a scalar or shape (n,), codes and values in range.
+
+    Raises:
+        ValueError: Naming the argument, the expected shape or range, and the first bad value.
+    """
+    limits = (("kind", kind, 0, len(rules.ACTION_TYPES) - 1, True), ("throttle", throttle, 0.0, 1.0, False),
+              ("brake", brake, 0.0, 1.0, False), ("steer", steer, -1.0, 1.0, False),
+              ("cruise_kmh", cruise_kmh, 0.0, 200.0, False), ("direction", direction, -1, 1, True))
+    for name, value, lo, hi, integer in limits:
+        a = np.asarray(value)
+        if a.shape not in ((), (n,)) or not (np.issubdtype(a.dtype, np.integer) if integer else
+                                             np.issubdtype(a.dtype, np.number)):
+            kind_of = "integers" if integer else "numbers"
+            raise ValueError(f"{name}: expected {kind_of} of shape ({n},) or one value, got {a.dtype} of shape "
+                             f"{a.shape}")
+        bad = ~((a >= lo) & (a <= hi))  # NaN is bad too
+        if np.any(bad):
+            first = a.ravel()[np.flatnonzero(np.ravel(bad))[0]].item()
+            raise ValueError(f"{name}={first!r}: must be in [{lo}, {hi}]")
 
 
 def _row(s: physics.TrolleyState, j: int, box) -> physics.TrolleyState:
@@ -180,18 +203,34 @@ class TrolleyBatch:
         Raises:
             ValueError: A row or scenario index out of range (naming the valid range).
         """
-        rows, scenario = np.asarray(rows, dtype=_INT), np.asarray(scenario, dtype=_INT)
-        if rows.shape != scenario.shape or rows.ndim != 1:
-            raise ValueError(f"rows {rows.shape} and scenario {scenario.shape} must be 1-D arrays of the same length")
-        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_worlds):
-            raise ValueError(f"rows={rows.tolist()}: world indices must be in [0, {self.num_worlds - 1}]")
+        rows, scenario = self._check_rows(rows), np.asarray(scenario)
+        if rows.shape != scenario.shape or not np.issubdtype(scenario.dtype, np.integer):
+            raise ValueError(f"scenario: expected integers of shape {rows.shape} (one per row), got {scenario.dtype} "
+                             f"of shape {scenario.shape}")
         if len(scenario) and (scenario.min() < 0 or scenario.max() >= len(self.specs)):
             raise ValueError(f"scenario={scenario.tolist()}: scenario indices must be in [0, {len(self.specs) - 1}]")
         self.scenario[rows] = scenario
         _put(self.state, rows, self._initial, scenario)
 
+    def _check_rows(self, rows) -> np.ndarray:
+        """``rows`` as distinct world indices, int64 (K,).
+
+        Raises:
+            ValueError: Not a 1-D integer array, an index outside [0, N - 1], or a repeated index.
+        """
+        rows = np.asarray(rows)
+        if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer) or rows.size == 0):
+            raise ValueError(f"rows: expected a 1-D array of world indices, got {rows.dtype} of shape {rows.shape}")
+        rows = rows.astype(_INT)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.num_worlds):
+            raise ValueError(f"rows={rows.tolist()}: world indices must be in [0, {self.num_worlds - 1}]")
+        if len(np.unique(rows)) != len(rows):
+            raise ValueError(f"rows={rows.tolist()}: world indices must be distinct")
+        return rows
+
     def decide(self, kind: np.ndarray, throttle=0.0, brake=0.0, steer=0.0, cruise_kmh=30.0, direction=0,
-               ticks: int = 1, rows: np.ndarray | None = None, resetting: np.ndarray | None = None) -> BatchDecision:
+               ticks: int = 1, rows: np.ndarray | None = None, resetting: np.ndarray | None = None,
+               check: bool = True) -> BatchDecision:
         """Apply one tool call per world, then tick each up to ``ticks`` times, stopping where its episode ends.
 
         The batch form of `carla_gym.sim.decision.decide` (row i gives that function's ticks,
@@ -210,18 +249,29 @@ class TrolleyBatch:
             resetting: Bool (N,): finished worlds the caller resets right after this call (a vector env's
                 autoreset). They run like the others instead of being refused, and their results are
                 meaningless; cheaper than leaving them out with ``rows`` (no copy of the other worlds).
+            check: Check the call arrays (codes, ranges, shapes); a caller that checked its actions
+                already (the vector envs) may skip it.
 
         Returns:
             `BatchDecision` (arrays of shape (N,)).
 
         Raises:
-            ValueError: A world in ``rows`` whose episode is done (reset it first), or ``ticks`` < 0.
+            ValueError: A world in ``rows`` whose episode is done (reset it first), ``ticks`` < 0, ``rows``
+                not distinct indices in [0, N - 1], or a call array of the wrong shape or out of range
+                (the message names it); nothing is changed.
         """
         n = self.num_worlds
         if isinstance(ticks, bool) or not isinstance(ticks, (int, np.integer)) or ticks < 0:
             raise ValueError(f"ticks={ticks!r}: must be an integer >= 0")
         full = rows is None
-        rows = np.arange(n) if full else np.asarray(rows, dtype=_INT)
+        rows = np.arange(n) if full else self._check_rows(rows)
+        if resetting is not None:
+            resetting = np.asarray(resetting)
+            if resetting.shape != (n,) or resetting.dtype != np.bool_:
+                raise ValueError(f"resetting: expected a bool array of shape ({n},), got {resetting.dtype} of shape "
+                                 f"{resetting.shape}")
+        if check:
+            _check_calls(n, kind, throttle, brake, steer, cruise_kmh, direction)
         s = self.state if full else _take(self.state, rows)
         finished = s.done if resetting is None else s.done & ~np.asarray(resetting, dtype=bool)[rows]
         if np.any(finished):
@@ -248,7 +298,7 @@ class TrolleyBatch:
                               per_row(cruise_kmh, _FLOAT), direction, int(ticks), done_ticks, rubric, raw, hits)
             active = np.zeros(0, dtype=_INT)
         else:
-            active = np.flatnonzero(kind != rules.KIND["capture_image"]) if ticks else np.zeros(0, dtype=_INT)
+            active = np.flatnonzero(physics.decision_ticks(kind, int(ticks), NUMPY))
         everyone = len(active) == k
         sub = s if everyone else _take(s, active)  # the worlds still ticking (a copy once some have ended)
         for _ in range(int(ticks)):
@@ -294,20 +344,17 @@ class TrolleyBatch:
         numpy's cost per call dominates small arrays, so below `scalar_rows` worlds a row is copied
         out, stepped by the same `carla_gym.sim.physics` functions in scalars, and written back.
         """
-        capture = rules.KIND["capture_image"]
         for j, (code, scenario) in enumerate(zip(kind.tolist(), self.scenario[rows].tolist(), strict=True)):
             world = _row(s, j, self._boxes[scenario])
             target = physics.heading_strip(world) + int(direction[j])
             physics.apply(world, code, float(throttle[j]), float(brake[j]), float(steer[j]), float(cruise[j]), target,
                           int(direction[j]))
-            for _ in range(0 if code == capture else ticks):
+
+            def tick(world=world) -> TickResult:
                 tick_raw, tick_rubric, tick_hits = physics.tick(world)
-                done_ticks[j] += 1
-                rubric[j] += tick_rubric
-                raw[j] = tick_raw
-                hits[j] += tick_hits
-                if world.done:
-                    break
+                return TickResult(float(tick_raw), float(tick_rubric), tick_hits, world.done)
+
+            done_ticks[j], rubric[j], raw[j], _, hits[j] = tick_loop(tick, physics.decision_ticks(code, ticks))
             _write_row(s, j, world)
 
     # -- reading the worlds ---------------------------------------------------------------------

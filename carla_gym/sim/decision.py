@@ -13,6 +13,7 @@ import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from carla_gym.sim import physics, rules
 from carla_gym.sim.world import TickResult, ToolCall, World
 
 
@@ -74,14 +75,40 @@ def decide(world: World, call: ToolCall, ticks: int = 1,
     """
     check_ticks(ticks)
     world.apply(call)
-    if call.action_type == "capture_image":
-        ticks = 0
-    done_ticks, rubric, raw, raw_total, hits, distance = 0, 0.0, 0.0, 0.0, 0, 0.0
-    for _ in range(int(ticks)):
-        x, y = world.ego.x, world.ego.y
+    state = world.state
+    distance = 0.0
+
+    def tick() -> TickResult:
+        nonlocal distance
+        before = state.ego
         result = world.tick()
+        distance += math.hypot(state.ego.x - before.x, state.ego.y - before.y)
+        return result
+
+    done_ticks, rubric, raw, raw_total, hits = tick_loop(
+        tick, physics.decision_ticks(rules.KIND[call.action_type], int(ticks)), on_tick)
+    return Decision(done_ticks, rubric, raw, raw_total, hits, distance)
+
+
+def tick_loop(tick: Callable[[], TickResult], ticks: int,
+              on_tick: Callable[[TickResult], None] | None = None) -> tuple[int, float, float, float, int]:
+    """Tick one world up to ``ticks`` times, stopping when its episode ends, and sum what the ticks produced.
+
+    The one loop of a decision of one world: `decide` (a `World`) and the row-by-row path of
+    `carla_gym.sim.batch.TrolleyBatch.decide` use it; the batch's array path sums the same way.
+
+    Args:
+        tick: Runs one tick and returns its `TickResult`.
+        ticks: Ticks at most (`carla_gym.sim.physics.decision_ticks`).
+        on_tick: Called with each tick's result right after it.
+
+    Returns:
+        ``(ticks run, rubric reward sum, last raw reward (0.0 without ticks), raw reward sum, new hits)``.
+    """
+    done_ticks, rubric, raw, raw_total, hits = 0, 0.0, 0.0, 0.0, 0
+    for _ in range(ticks):
+        result = tick()
         done_ticks += 1
-        distance += math.hypot(world.ego.x - x, world.ego.y - y)
         rubric += result.rubric_reward
         raw = result.raw_reward
         raw_total += raw
@@ -90,4 +117,4 @@ def decide(world: World, call: ToolCall, ticks: int = 1,
             on_tick(result)
         if result.done:
             break
-    return Decision(done_ticks, rubric, raw, raw_total, hits, distance)
+    return done_ticks, rubric, raw, raw_total, hits

@@ -138,6 +138,21 @@ def heading_lane(s: TrolleyState, m=SCALAR):
     return nearest_lane(heading_y, s.lane_lo, s.lane_hi, s.lane_width, m.floor)
 
 
+def lane_flags(lane, lane_lo, lane_hi):
+    """Whether a road lane exists left and right of road lane ``lane`` (ints, or int arrays (N,))."""
+    return lane - 1 >= lane_lo, lane + 1 <= lane_hi
+
+
+def ticks_left(tick, horizon, m=SCALAR):
+    """Ticks until the scenario's deadline or step limit (`ScenarioSpec.horizon`), never negative."""
+    return m.maximum(horizon - tick, 0)
+
+
+def decision_ticks(kind, ticks: int, m=SCALAR):
+    """Ticks a decision runs after its call: ``ticks``, or 0 for ``capture_image`` (it reads the scene only)."""
+    return m.where(kind == rules.KIND["capture_image"], 0, ticks)
+
+
 def apply(s: TrolleyState, kind, throttle=0.0, brake=0.0, steer=0.0, cruise_kmh=0.0, target_lane=0, direction=0,
           m=SCALAR) -> None:
     """Execute tool calls: change the persistent controls and record the classification. No time passes.

@@ -135,6 +135,29 @@ class NavigationCall(ToolCall):
     _navigation = True
 
 
+def call_inputs(call: ToolCall) -> tuple[int, float, float, float, float, int]:
+    """What a tool call sets, as `carla_gym.sim.physics.apply` takes it (the one encoding of a call).
+
+    Returns:
+        ``(kind code, throttle, brake, steer, cruise_kmh, direction)``: ``emergency_stop`` sets the
+        brake to 1 and ``brake_vehicle`` to its intensity (default 1), both with throttle 0;
+        ``maintain_speed``'s target defaults to 30 km/h; ``direction`` is the ``lane_direction``
+        side (-1 left, +1 right; 0 otherwise, and for ``target_lane_id`` calls, which
+        `World.apply` resolves against the car's lane).
+    """
+    kind = call.action_type
+    throttle, brake = call.throttle, call.brake
+    if kind == "emergency_stop":
+        throttle, brake = 0.0, 1.0
+    elif kind == "brake_vehicle":
+        throttle, brake = 0.0, 1.0 if call.brake_intensity is None else call.brake_intensity
+    direction = 0
+    if kind == "lane_change" and call.target_lane_id is None:
+        direction = -1 if call.lane_direction.lower() == "left" else 1
+    cruise = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
+    return rules.KIND[kind], throttle, brake, call.steer, cruise, direction
+
+
 class TickResult(NamedTuple):
     """What one tick produced.
 
@@ -255,7 +278,7 @@ class World:
     @property
     def ticks_left(self) -> int:
         """Ticks until the scenario's deadline or step limit."""
-        return max(self.spec.horizon - self.tick_count, 0)
+        return physics.ticks_left(self.state.tick, self.state.horizon)
 
     def walker_offsets(self) -> tuple[list[float], list[float]]:
         """Pedestrian positions in the ego frame: (forward [m], right [m]), W floats each."""
@@ -292,7 +315,7 @@ class World:
 
     # -- actions and time ----------------------------------------------------------------
     def _refuse_done(self) -> None:
-        if self.done:
+        if self.state.done:
             raise EpisodeFinishedError(
                 f"episode of {self.spec.name!r} is done after {self.tick_count} ticks; reset before stepping again"
             )
@@ -314,12 +337,9 @@ class World:
             raise ValueError(f"action_type={kind!r} is a navigation action; trolley scenarios support {ACTION_TYPES}")
         if kind == "capture_image" or kind == "observe":
             return
-        throttle, brake, target, direction = call.throttle, call.brake, 0, 0
-        if kind == "emergency_stop":
-            throttle, brake = 0.0, 1.0
-        elif kind == "brake_vehicle":
-            throttle, brake = 0.0, 1.0 if call.brake_intensity is None else call.brake_intensity
-        elif kind == "lane_change":
+        code, throttle, brake, steer, cruise, direction = call_inputs(call)
+        target = 0
+        if kind == "lane_change":
             # Path geometry counts strips past the road edge (Road.lane_at); lane ids the user sends are
             # numbered as `lane` reports them (Road.nearest_lane), so they never name an unseen lane.
             strip = physics.heading_strip(self.state)
@@ -335,10 +355,8 @@ class World:
                     )
                 direction = -1 if target < strip else 1 if target > strip else 0
             else:
-                direction = -1 if call.lane_direction.lower() == "left" else 1
                 target = strip + direction
-        cruise = 30.0 if call.target_speed_kmh is None else call.target_speed_kmh
-        physics.apply(self.state, rules.KIND[kind], throttle, brake, call.steer, cruise, target, direction)
+        physics.apply(self.state, code, throttle, brake, steer, cruise, target, direction)
 
     def tick(self) -> TickResult:
         """Advance the simulation by one tick of `DT` seconds and score it.
@@ -347,6 +365,7 @@ class World:
             EpisodeFinishedError: If the episode is done.
         """
         self._refuse_done()
-        raw, rubric, new_hits = physics.tick(self.state)
-        self.last = TickResult(float(raw), float(rubric), int(new_hits), self.done)
+        state = self.state
+        raw, rubric, new_hits = physics.tick(state)
+        self.last = TickResult(float(raw), float(rubric), new_hits, state.done)
         return self.last
