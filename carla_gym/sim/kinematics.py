@@ -206,11 +206,19 @@ def step_ego(ego: EgoState, throttle, brake, steer, dt: float = C.DT, m=SCALAR,
     # 2. The friction circle. |V' - V|^2 = dv^2 + 4 v0 v' sin^2(turn / 2) for a speed change dv to v' and
     # a course change `turn`; with a share k of both it is at most k^2 (dv^2 + v0 max(v0, v') turn^2).
     dv = v1 - v0
-    chord = 2.0 * m.sin(0.5 * turn)
-    reach = grip * dt
-    grips = dv * dv + v0 * v1 * chord * chord <= reach * reach  # the whole request is inside the circle
+    reach2 = (grip * dt) ** 2
+    # The whole request is inside the circle. |chord| <= |turn|, so where the turn passes the test the
+    # chord does too: "the turn passes or the chord passes" (one world skips the sine where the turn passes).
+    dv2 = dv * dv
+    grips = dv2 + v0 * v1 * turn * turn <= reach2
+    if m is not SCALAR:
+        chord = 2.0 * m.sin(0.5 * turn)
+        grips = grips | (dv2 + v0 * v1 * chord * chord <= reach2)
+    elif not grips:
+        chord = 2.0 * m.sin(0.5 * turn)
+        grips = dv2 + v0 * v1 * chord * chord <= reach2
     bound = m.sqrt(dv * dv + v0 * m.maximum(v0, v1) * turn * turn)  # >= the exact change, so the share is < 1
-    share = m.where(grips, 1.0, reach / m.maximum(bound, 1e-12))
+    share = m.where(grips, 1.0, grip * dt / m.maximum(bound, 1e-12))
     speed = v0 + share * dv
     course0 = ego.yaw + ego.beta
     course1 = course0 + share * turn
