@@ -111,11 +111,6 @@ class Controls:
         """Switch ``maintain_speed`` cruise control on with target ``target_kmh`` [km/h] (one car)."""
         self.cruise, self.cruise_kmh = True, target_kmh
 
-    def release_manual_steer(self) -> None:
-        """Centre a manual steering wheel, as CARLA's brake and cruise commands do (steer 0; one car)."""
-        if self.manual_steer:
-            self.steer = 0.0
-
     def reference(self, x, m=SCALAR):
         """Reference lateral position [m] and slope dy/dx of the path at road position ``x`` [m].
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from carla_gym.sim import constants as C
 from carla_gym.sim import rules
-from carla_gym.sim.collision import broad_reach, swept_contacts
+from carla_gym.sim.collision import broad_reach, swept_contacts, swept_hits
 from carla_gym.sim.control import Controls
 from carla_gym.sim.kinematics import NUMPY, SCALAR, EgoState, step_ego
 from carla_gym.sim.road import lane_at, nearest_lane, on_road
@@ -229,15 +229,11 @@ def _collide(s: TrolleyState, before: EgoState, after: EgoState, m) -> Any:
         box = s.box
         if box is None or not (box[0] <= after.x <= box[1] and box[2] <= after.y <= box[3]):
             return 0  # nobody within REACH: the broad phase below would be empty
-        dx, dy = s.walker_x - after.x, s.walker_y - after.y
-        near = np.flatnonzero((dx * dx + dy * dy <= broad_reach(before.x, before.y, after.x, after.y)) & ~s.hit)
-        if not len(near):
-            return 0
-        touched = near[swept_contacts(before, after, s.walker_x[near], s.walker_y[near])]
-        if not len(touched):
+        touched = [i for i in swept_hits(before, after, s.walker_x, s.walker_y) if not s.hit[i]]
+        if not touched:
             return 0
         if s.first_hit < 0:
-            s.first_hit = int(touched[0])
+            s.first_hit = touched[0]
         s.hit[touched] = True
         return len(touched)
     dx, dy = s.walker_x - after.x[:, None], s.walker_y - after.y[:, None]
@@ -259,13 +255,22 @@ def _collide(s: TrolleyState, before: EgoState, after: EgoState, m) -> Any:
     return np.bincount(rows, minlength=len(after.x))
 
 
-def ego_frame(dx, dy, cos_yaw, sin_yaw, sqrt):
-    """A point at road-frame offset (dx, dy) [m] from the ego centre: distance [m], forward [m], right [m].
+def ego_offsets(dx, dy, cos_yaw, sin_yaw):
+    """A point at road-frame offset (dx, dy) [m] from the ego centre, in the ego frame: forward [m], right [m].
 
-    The one rule for where an actor is relative to the ego: floats (``sqrt=math.sqrt``) or arrays
-    (``sqrt=numpy.sqrt``), with the same bits (square roots are correctly rounded in both).
+    The one rule for where an actor is relative to the ego (floats or arrays that broadcast; the
+    renderer uses it too, `carla_gym.sim.render`).
     """
-    return sqrt(dx * dx + dy * dy), dx * cos_yaw + dy * sin_yaw, dy * cos_yaw - dx * sin_yaw
+    return dx * cos_yaw + dy * sin_yaw, dy * cos_yaw - dx * sin_yaw
+
+
+def ego_frame(dx, dy, cos_yaw, sin_yaw, sqrt):
+    """`ego_offsets` with the distance first: distance [m], forward [m], right [m].
+
+    Floats (``sqrt=math.sqrt``) or arrays (``sqrt=numpy.sqrt``), with the same bits (square roots
+    are correctly rounded in both).
+    """
+    return (sqrt(dx * dx + dy * dy), *ego_offsets(dx, dy, cos_yaw, sin_yaw))
 
 
 def nearby(s: TrolleyState) -> list[tuple[float, int, float, float]]:

@@ -33,6 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from carla_gym.sim import constants as C
+from carla_gym.sim.physics import ego_offsets
 from carla_gym.sim.road import Road
 from carla_gym.sim.world import World
 
@@ -375,8 +376,7 @@ def _ego_frame(ego_x, ego_y, c, s, walker_x, walker_y) -> tuple:
 
     Floats, or arrays that broadcast (ego pose and ``c``, ``s`` = cos, sin yaw as (N, 1); pedestrians (N, W)).
     """
-    dx, dy = walker_x - ego_x, walker_y - ego_y
-    return dx * c + dy * s, dy * c - dx * s
+    return ego_offsets(walker_x - ego_x, walker_y - ego_y, c, s)
 
 
 _FIGURE_COLOURS = np.stack([LEGS, SHIRT, SKIN])

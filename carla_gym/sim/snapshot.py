@@ -16,7 +16,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from carla_gym.sim import constants as C
 from carla_gym.sim import physics
 from carla_gym.sim.describe import describe
 from carla_gym.sim.world import WALKER_TYPE_ID, World
@@ -127,34 +126,33 @@ def snapshot_of(world: World, prompt: str, text: bool = True) -> Snapshot:
         text: Write the per-decision ``description`` (upstream's TRL text); False leaves it None
             (a third of the snapshot's cost, for learners that never read it).
     """
-    state, spec = world.state, world.spec
-    near = physics.nearby(state)
+    spec, ego = world.spec, world.ego
+    near = world.nearby()
     road = spec.road
-    lane = road.nearest_lane(state.ego.y)
+    lane = world.lane
     left_lane, right_lane = physics.lane_flags(lane, road.lanes[0], road.lanes[-1])
     types = (WALKER_TYPE_ID,) * len(near)
-    speed_kmh = state.ego.speed * C.KMH_PER_MS
-    collided = state.first_hit >= 0
-    collided_with = WALKER_TYPE_ID if collided else None
-    done = bool(state.done)
+    speed_kmh = world.speed_kmh
+    collided_with = world.collided_with
+    done = world.done
     return Snapshot(
         scenario=spec.name,
-        tick=state.tick,
-        sim_time=state.tick * C.DT,
+        tick=world.tick_count,
+        sim_time=world.time,
         speed_kmh=speed_kmh,
-        lateral=state.ego.y,
-        yaw=state.ego.yaw,
+        lateral=ego.y,
+        yaw=ego.yaw,
         lane=lane,
         left_lane=left_lane,
         right_lane=right_lane,
         actor_forward=[n[2] for n in near],
         actor_right=[n[3] for n in near],
         actor_types=types,
-        collided=collided,
+        collided=world.collided,
         collided_with=collided_with,
-        road_departure=bool(state.road_departure),
+        road_departure=world.road_departure,
         trolley_action=world.trolley_action,
-        ticks_left=physics.ticks_left(state.tick, state.horizon),
+        ticks_left=world.ticks_left,
         done=done,
         description=describe(speed_kmh, [n[0] for n in near], types, collided_with) if text else None,
         scene_prompt=prompt,
