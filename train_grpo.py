@@ -9,6 +9,9 @@ Usage:
     python train_grpo.py --scenario maze_navigation free_roam_Town02_v20  # navigation: multi-turn, 7 tools
     python train_grpo.py --env-urls http://127.0.0.1:8000         # OpenEnv servers instead of the embedded sim
     python train_grpo.py --config grpo.yaml                       # any flag from a YAML file (TRL's --config)
+    python train_grpo.py --model tiny-random --scenario trolley_generated_train --sft-steps 150 --eval-every 25
+                                                                  # warm start, GRPO, held-out eval_curve.csv
+    accelerate launch --multi_gpu --num_processes 2 train_grpo.py ...   # 2 processes (on CPU too: gloo)
 
 The command line is TRL's own (`trl.TrlParser` over `Args` and `trl.GRPOConfig`): this project's
 options are the fields of `Args`; every GRPOConfig option (--per-device-train-batch-size,
@@ -18,10 +21,18 @@ TRL's default, except where `PROJECT_DEFAULTS` sets this project's documented de
 checkpointing on CUDA, fp32 on the CPU) unless the flags are given. GRPOConfig checks its own
 values (batch divisibility, at least 2 generations); its refusal names the flags.
 
+``--sft-steps N`` first trains N steps of a supervised warm start (TRL's SFTTrainer, `carla_gym.llm.sft`) on
+synthetic transcripts whose tool call is drawn uniformly at random (the format, not the answer);
+``--eval-every K`` evaluates the model greedily on ``--eval-scenario`` (default: the training scenarios,
+trolley_generated_train replaced by the held-out trolley_generated_test) before the first step and every K
+steps, appending rows to eval_curve.csv (`carla_gym.llm.curve`); ``--reward-mode outcome`` (the default
+``auto`` on generated scenarios) pays 1 for reaching the simulated best outcome.
+
 Each rollout drives its own `carla_gym.llm.CarlaToolEnv` (tools observe, emergency_stop and
 lane_change; one tool call = 10 ticks = 0.5 s), built by TRL's ``environment_factory``; the
 reward is the episode's rubric reward after the episode is played out
-(`carla_gym.llm.tools.rubric_reward`; --no-play-out scores as TRL's CARLA example). Dataset row i
+(`carla_gym.llm.tools.rubric_reward`; --no-play-out scores as TRL's CARLA example), or with --reward-mode
+outcome (the default on generated scenarios) 1 for reaching the simulated best outcome. Dataset row i
 plays scenario i mod len(scenarios) with seed ``--seed + i``, so all ``--num-generations``
 rollouts of a GRPO group start from the same state.
 
@@ -120,15 +131,39 @@ class Args:
     ticks_per_action: int = dataclasses.field(default=10, metadata={
         "help": "simulator ticks (0.05 s) per tool call (--ticks-per-tool: its name before issue 13)",
         "aliases": ["--ticks-per-tool", "--ticks_per_tool"]})
-    reward_mode: Literal["rubric", "physical"] = arg(
-        "rubric", "training reward: rubric (upstream) or physical (-1 per pedestrian actually hit, -1 for leaving "
-                  "the road); the evaluation always reports the rubric")
+    reward_mode: Literal["auto", "rubric", "physical", "outcome"] = arg(
+        "auto", "training reward: rubric (upstream), physical (-1 per pedestrian actually hit, -0.5 for leaving "
+                "the road) or outcome (1 when the episode reaches the simulated best outcome, else 0); auto: outcome "
+                "when every scenario is generated (trolley_generated_*), else rubric")
     no_play_out: bool = arg(False, "score training rollouts as TRL's CARLA example: 0 unless the model itself ran the "
                                    "episode to its end (default: unfinished episodes are played out with the "
                                    "controls held); evaluation episodes are always played out")
     env_urls: list[str] = arg([], "OpenEnv server URLs (carla-gym serve); rollout i uses URL i mod len; "
                                   "empty: the embedded simulator in this process")
+    eval_scenario: list[str] = arg([], "scenarios of the evaluations; empty: the training scenarios, "
+                                       "trolley_generated_train replaced by the held-out trolley_generated_test")
     eval_episodes: int = arg(4, "evaluation episodes per scenario after training (0: skip)")
+    eval_every: int = arg(0, "evaluate the model on --eval-scenario every N optimizer steps and before the first "
+                             "(eval_curve.csv; 0: only after training)")
+    eval_curve_episodes: int = arg(64, "episodes per scenario of each --eval-every evaluation (greedy, batched; "
+                                       "at most agents.records.MAX_EPISODES); this project's choice: the final "
+                                       "evaluation's first 64 seeds (BENCHMARKS.md \"GRPO learning on CPU\")")
+    sft_steps: int = arg(0, "supervised warm start before GRPO (TRL's SFTTrainer): optimizer steps on synthetic "
+                            "transcripts with a uniformly random tool (format only; 0: none)")
+    sft_examples: int = arg(256, "synthetic transcripts of the warm start (scenario i mod len, seed --seed + 1000000 "
+                                 "+ i); this project's choice, tuned on the tiny models (BENCHMARKS.md \"GRPO "
+                                 "learning on CPU\")")
+    sft_learning_rate: float = arg(1e-2, "peak learning rate of the warm start (linear decay); this project's choice "
+                                         "for the tiny models (BENCHMARKS.md \"GRPO learning on CPU\"; a real model "
+                                         "wants about 1e-5)")
+    sft_batch_size: int = arg(8, "transcripts per warm-start step; this project's choice (BENCHMARKS.md \"GRPO "
+                                 "learning on CPU\")")
+    tiny_hidden_size: int = arg(32, "hidden size of --model tiny-random (4 attention heads)")
+    tiny_layers: int = arg(2, "decoder layers of --model tiny-random")
+    tiny_tokenizer: Literal["words", "lines"] = arg(
+        "words", "tokenizer of --model tiny-random: words (BPE within words, on this project's prompts) or lines (BPE "
+                 "merges up to line ends, trained on rendered episodes of the training scenarios: recurring lines "
+                 "such as the tool schema and a tool call become single tokens)")
     eval_max_new_tokens: int = arg(256, "token budget of one evaluation turn")
     overwrite: bool = arg(False, "replace a non-empty output directory written by train_grpo.py")
 
@@ -219,6 +254,7 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
 
     from carla_gym.llm.grpo import VISION_MODULES, is_grpo_run
     from carla_gym.llm.tiny import TINY_MODELS
+    from carla_gym.sb3.runs import all_generated, default_eval_scenarios
     from carla_gym.sim.navigation.scenarios import is_nav_name
     from carla_gym.suites import resolve_scenarios
 
@@ -227,12 +263,33 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
     args.lora_exclude = args.lora_exclude or VISION_MODULES
     refuse_routes(args.scenario)
     if any(is_nav_name(name) for name in args.scenario):
+        args.reward_mode = "rubric" if args.reward_mode == "auto" else args.reward_mode
         check_nav(args)
+        if args.eval_scenario and args.eval_scenario != args.scenario:
+            sys.exit("--eval-scenario: navigation runs evaluate on their training scenarios; leave it out")
+        if args.eval_every or args.sft_steps:
+            flag = "--eval-every" if args.eval_every else "--sft-steps"
+            sys.exit(f"{flag}: trolley scenarios only (the warm start and the learning curve play trolley tools); "
+                     "leave it out for navigation")
+        args.eval_scenario = list(args.scenario)
     else:
-        try:
-            args.scenario = list(resolve_scenarios(args.scenario))
-        except ValueError as exc:
-            sys.exit(f"--scenario: {exc}")
+        for flag, names in (("--scenario", args.scenario), ("--eval-scenario", args.eval_scenario)):
+            try:
+                resolve_scenarios(names or args.scenario)
+            except ValueError as exc:
+                sys.exit(f"{flag}: {exc}")
+        args.scenario = list(resolve_scenarios(args.scenario))
+        args.eval_scenario = list(resolve_scenarios(args.eval_scenario)) if args.eval_scenario else \
+            default_eval_scenarios(args.scenario)
+        if any(is_nav_name(name) for name in args.eval_scenario):
+            sys.exit("--eval-scenario: a trolley run evaluates on trolley scenarios; name trolley scenarios or suites")
+        if args.reward_mode == "auto":
+            args.reward_mode = "outcome" if all_generated(args.scenario) else "rubric"
+        refuse_outcome_on_action_bias(args.reward_mode, args.scenario)
+    if args.model != "tiny-random" and (args.tiny_hidden_size, args.tiny_layers, args.tiny_tokenizer) != (32, 2,
+                                                                                                         "words"):
+        sys.exit(f"--tiny-hidden-size, --tiny-layers and --tiny-tokenizer shape --model tiny-random only, not "
+                 f"{args.model}; leave them out")
     if args.model in TINY_MODELS and (args.model == "tiny-random-vl") != args.vision:
         sys.exit(f"--model {args.model}: use tiny-random without --vision and tiny-random-vl with --vision")
     available = get_available_reporting_integrations()
@@ -246,7 +303,10 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
     check_minimums((("--dataset-size", args.dataset_size, 1), ("--image-size", args.image_size, 16),
                     ("--ticks-per-action", args.ticks_per_action, 1), ("--lora-r", args.lora_r, 1),
                     ("--lora-alpha", args.lora_alpha, 1), ("--eval-episodes", args.eval_episodes, 0),
-                    ("--eval-max-new-tokens", args.eval_max_new_tokens, 1),
+                    ("--eval-max-new-tokens", args.eval_max_new_tokens, 1), ("--eval-every", args.eval_every, 0),
+                    ("--eval-curve-episodes", args.eval_curve_episodes, 1), ("--sft-steps", args.sft_steps, 0),
+                    ("--sft-examples", args.sft_examples, 1), ("--sft-batch-size", args.sft_batch_size, 1),
+                    ("--tiny-hidden-size", args.tiny_hidden_size, 8), ("--tiny-layers", args.tiny_layers, 1),
                     # GRPOConfig values TRL does not check, each of which would fail only after the model loads
                     ("--per-device-train-batch-size", config.per_device_train_batch_size, 1),
                     ("--gradient-accumulation-steps", config.gradient_accumulation_steps, 1),
@@ -254,11 +314,21 @@ def resolve(args: Args, config, argv: Sequence[str] | None = None) -> Args:
                     ("--max-tool-calling-iterations", config.max_tool_calling_iterations or 0, 0)))
     for flag, value, high in (("--image-size", args.image_size, 1024),
                               ("--ticks-per-action", args.ticks_per_action, 1000),
-                              ("--eval-episodes", args.eval_episodes, MAX_EPISODES)):  # play_all's bound
+                              ("--eval-episodes", args.eval_episodes, MAX_EPISODES),  # play_all's bound
+                              ("--eval-curve-episodes", args.eval_curve_episodes, MAX_EPISODES)):  # the same seeds
         if value > high:
             sys.exit(f"{flag} {value}: must be <= {high}")
     if config.max_steps == 0 or config.max_steps < -1:
         sys.exit(f"--max-steps {config.max_steps}: must be >= 1, or -1 for one pass over the dataset")
+    if args.tiny_hidden_size % 4:
+        sys.exit(f"--tiny-hidden-size {args.tiny_hidden_size}: must be a multiple of 4 (four attention heads)")
+    if not 0.0 < args.sft_learning_rate < 1.0:
+        sys.exit(f"--sft-learning-rate {args.sft_learning_rate}: must be in (0, 1)")
+    if args.sft_steps and (args.vision or args.env_urls):
+        sys.exit("--sft-steps: the warm start renders text transcripts on the embedded simulator; leave out "
+                 + ("--vision" if args.vision else "--env-urls"))
+    if args.eval_every and args.vision:
+        sys.exit("--eval-every: the learning curve's batched evaluation plays text models; leave out --vision")
     if not 0.0 < config.learning_rate < 1.0:
         sys.exit(f"--learning-rate {config.learning_rate}: must be in (0, 1)")
     if not config.temperature > 0.0:
@@ -309,6 +379,25 @@ def refuse_routes(scenarios: Sequence[str]) -> None:
         sys.exit(f"--scenario {routes[0]}: route scenarios ({', '.join(ROUTE_SCENARIOS)}) are not trained with GRPO; "
                  f"train_grpo.py's navigation scenarios are {'; '.join(NAME_PATTERNS)}. Route scenarios are for "
                  "train_sb3.py --env CarlaNavigation-v0 and python -m agents.compare (suites nav_eval_routes_0/20/40)")
+
+
+def refuse_outcome_on_action_bias(reward_mode: str, scenarios: Sequence[str]) -> None:
+    """Exit when ``reward_mode`` is ``outcome`` and a training scenario is of the action_bias family.
+
+    On action_bias scenarios ``outcome_success`` holds for every choice (`carla_gym.sim.outcomes`), so the outcome
+    reward pays 1.0 for every tool: GRPO's groups get no advantage and the rollouts' success is 1 whatever the model
+    does.
+
+    Raises:
+        SystemExit: Naming the action_bias scenarios and the reward modes that score them.
+    """
+    from carla_gym.sim.scenarios import family_of
+
+    bias = [name for name in scenarios if family_of(name) == "action_bias"]
+    if reward_mode == "outcome" and bias:
+        sys.exit(f"--reward-mode outcome: pays 1.0 for every choice on the action_bias scenario(s) {', '.join(bias)} "
+                 "(each choice reaches their best outcome), so GRPO would learn nothing from them; use --reward-mode "
+                 "rubric (or physical) with them, or train the outcome reward on other scenarios")
 
 
 NAV_MAX_TICKS = 100
@@ -394,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, config = parse_args(argv)
     args = resolve(args, config, argv)
 
+    from accelerate import PartialState
     from datasets import Dataset
     from torch.utils.tensorboard import SummaryWriter
     from transformers import set_seed
@@ -402,35 +492,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     from carla_gym.llm.grpo import CarlaGRPOTrainer, load_model, lora_config
     from carla_gym.llm.nav_tools import NavToolEnvFactory, nav_rubric_reward
     from carla_gym.llm.prompts import episode_rows
-    from carla_gym.llm.tools import ToolEnvFactory, rubric_reward
+    from carla_gym.llm.tools import ToolEnvFactory, outcome_reward, rubric_reward
     from carla_gym.sim.navigation.scenarios import is_nav_name
 
+    clock = time.perf_counter()  # the learning curve's wall_s counts from here: warm start and evaluations included
+    config.device  # noqa: B018 - sets up the process group as TrainingArguments does (gloo on the CPU), before:
+    state = PartialState()  # one process, or one of `accelerate launch --multi_gpu --num_processes N`
+    main_process = state.is_main_process
     ################ model and environments
     out = Path(config.output_dir)
-    print(header(args, config), flush=True)
+    if main_process:
+        print(header(args, config), flush=True)
+    state.wait_for_everyone()  # every process has checked the output directory before the main one writes to it
     set_seed(config.seed)
     # bf16 mixed precision keeps fp32 master weights for full fine-tuning; frozen LoRA bases load in bf16
     model, processing_class = load_model(args.model, args.vision, seed=config.seed,
-                                         dtype="bfloat16" if config.bf16 and args.lora else "float32")
-    ################ train
+                                         dtype="bfloat16" if config.bf16 and args.lora else "float32",
+                                         tiny_options=tiny_options(args, config.seed))
     nav = is_nav_name(args.scenario[0])
     common = {"vision": args.vision, "image_size": args.image_size, "ticks_per_action": args.ticks_per_action,
               "play_out": not args.no_play_out}
     if nav:
         factory = NavToolEnvFactory(**common, view=args.nav_view, time_limit_s=args.nav_time_limit_s)
+        reward = nav_rubric_reward
     else:
         factory = ToolEnvFactory(args.env_urls, **common, reward_mode=args.reward_mode)
+        reward = outcome_reward if args.reward_mode == "outcome" else rubric_reward
     with factory:  # closes the environments: TRL never does
-        if out.exists() and args.overwrite:  # kept aside until this run has a trained model
-            set_aside(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(out / "config.json", {
-            "script": "train_grpo.py", "args": dataclasses.asdict(args), "grpo_config": config.to_dict(),
-            "versions": versions(), "device": config.device.type, "bf16": config.bf16,
-            "generation_batch_size": config.generation_batch_size, "model_dir": "model",
-        })
+        if main_process:
+            if out.exists() and args.overwrite:  # kept aside until this run has a trained model
+                set_aside(out)
+            out.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(out / "config.json", {
+                "script": "train_grpo.py", "args": dataclasses.asdict(args), "grpo_config": config.to_dict(),
+                "versions": versions(), "device": config.device.type, "bf16": config.bf16,
+                "generation_batch_size": config.generation_batch_size, "model_dir": "model",
+                "processes": state.num_processes,
+            })
+        state.wait_for_everyone()
+        ################ supervised warm start (format only)
+        if args.sft_steps:
+            try:
+                warm_start_run(args, config, model, processing_class, main_process)
+            except KeyboardInterrupt:
+                again = script_command(__file__, *argv, *(() if args.overwrite else ("--overwrite",)))
+                print(f"\ninterrupted during the warm start; no model saved (nothing of GRPO ran). Start again with: "
+                      f"{again}", file=sys.stderr)
+                return 130
+        if config.beta > 0 and (args.sft_steps or args.model in ("tiny-random", "tiny-random-vl")):
+            save_reference(model, processing_class, out / "reference", state)
+        ################ train
         trainer = CarlaGRPOTrainer(
-            model=model, reward_funcs=[nav_rubric_reward if nav else rubric_reward], args=config,
+            model=model, reward_funcs=[reward], args=config,
             train_dataset=Dataset.from_dict(episode_rows(args.scenario, args.dataset_size, config.seed)),
             processing_class=processing_class, environment_factory=factory,
             peft_config=lora_config(args.lora_r, args.lora_alpha, args.lora_exclude, model) if args.lora else None,
@@ -438,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "tensorboard" in config.report_to:  # transformers 5 logs to output_dir/runs/<date>; this run's tb/ instead
             trainer.remove_callback(TensorBoardCallback)
             trainer.add_callback(TensorBoardCallback(SummaryWriter(log_dir=str(out / "tb"))))
+        if args.eval_every:
+            trainer.add_callback(learning_curve(args, config, trainer, factory, clock))
         interrupted = False
         start = time.perf_counter()
         try:
@@ -447,7 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\ninterrupted at step {trainer.state.global_step}; saving the model so far", file=sys.stderr)
         train_time = time.perf_counter() - start
     ################ save
-    trainer.save_model(str(out / "model"))
+    trainer.save_model(str(out / "model"))  # the main process writes; every process takes part
+    if not main_process:
+        return 130 if interrupted else 0
     processing_class.save_pretrained(str(out / "model"))
     write_json_atomic(out / "train_log.json", {"train_time_s": train_time, "global_step": trainer.state.global_step,
                                                "interrupted": interrupted, "log_history": trainer.state.log_history})
@@ -458,6 +575,91 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.eval_episodes == 0:
         return 0
     return (evaluate_nav if nav else evaluate)(args, config, trainer)
+
+
+def tiny_options(args: Args, seed: int) -> dict | None:
+    """Keyword arguments of `carla_gym.llm.tiny.tiny_text_model` for ``--model tiny-random``, else None.
+
+    ``--tiny-tokenizer lines`` trains the tokenizer on rendered episodes of the training scenarios
+    (`carla_gym.llm.tiny.lines_tokenizer`; seeds from ``--seed``, so the test split's text is never seen).
+    """
+    from carla_gym.llm.tiny import lines_tokenizer
+
+    if args.model != "tiny-random":
+        return None
+    tokenizer = lines_tokenizer(args.scenario, seed=seed) if args.tiny_tokenizer == "lines" else None
+    return {"hidden_size": args.tiny_hidden_size, "num_layers": args.tiny_layers, "tokenizer": tokenizer}
+
+
+def save_reference(model, processing_class, path: Path, state) -> None:
+    """Save ``model`` as GRPO's KL reference (``--beta`` > 0) and point its config at the copy.
+
+    TRL builds the reference model from ``model.config._name_or_path``; a model built in code (the tiny models)
+    has none, and after the warm start the reference must be the warm-started model, not the hub's. The main
+    process writes ``<output-dir>/reference``; every process then reads the same path.
+    """
+    if state.is_main_process:
+        model.save_pretrained(str(path))
+        processing_class.save_pretrained(str(path))
+    state.wait_for_everyone()
+    model.config._name_or_path = str(path)
+
+
+def warm_start_run(args: Args, config, model, processing_class, main_process: bool) -> None:
+    """The supervised warm start (`carla_gym.llm.sft`) on the training scenarios; sft_config.json and sft_log.json.
+
+    Transcript i plays training scenario i mod len with seed ``--seed + 10**6 + i`` (not the GRPO rows' seeds)
+    and a uniformly random tool; the model is trained in place.
+    """
+    from carla_gym.llm.sft import sft_dataset, warm_start
+
+    out = Path(config.output_dir)
+    seed = config.seed + 10**6
+    rows = sft_dataset(processing_class, args.scenario, args.sft_examples, seed, args.ticks_per_action,
+                       config.chat_template_kwargs)
+    settings = {"steps": args.sft_steps, "examples": args.sft_examples, "learning_rate": args.sft_learning_rate,
+                "batch_size": args.sft_batch_size, "first_seed": seed, "scenarios": args.scenario,
+                "tools": {name: rows["tool"].count(name) for name in sorted(set(rows["tool"]))}}
+    if main_process:
+        write_json_atomic(out / "sft_config.json", settings)
+    start = time.perf_counter()
+    history = warm_start(model, processing_class, rows, str(out / "sft"), args.sft_steps,
+                         learning_rate=args.sft_learning_rate, batch_size=args.sft_batch_size, seed=config.seed,
+                         use_cpu=config.use_cpu, bf16=bool(config.bf16))
+    if main_process:
+        write_json_atomic(out / "sft_log.json", {"train_time_s": time.perf_counter() - start,
+                                                 "log_history": history})
+        print(f"warm start: {args.sft_steps} step(s) on {args.sft_examples} random-tool transcripts in "
+              f"{time.perf_counter() - start:.1f} s", flush=True)
+
+
+def learning_curve(args: Args, config, trainer, factory, clock: float):
+    """The `carla_gym.llm.curve.LearningCurve` callback of ``--eval-every``: eval_curve.csv and train_curve.csv."""
+    from carla_gym.llm.curve import LearningCurve
+    from carla_gym.llm.rollout import TransformersChat
+    from carla_gym.llm.tools import CarlaToolEnv
+
+    turns = sys.maxsize if config.max_tool_calling_iterations is None else config.max_tool_calling_iterations
+
+    def make_chat(model):
+        return TransformersChat(model, trainer.processing_class, max_new_tokens=args.eval_max_new_tokens,
+                                chat_template_kwargs=config.chat_template_kwargs or {})
+
+    def make_env():
+        return CarlaToolEnv(ticks_per_action=args.ticks_per_action, reward_mode=args.reward_mode)
+
+    def show(row):
+        print(f"eval step {row['step']}: success {row['success_rate']:.3f}, env steps {row['env_steps']} "
+              f"({row['tool_calls']} tool calls), "
+              f"wall {row['wall_s']:.0f} s", flush=True)
+
+    seeds = [episode_seed(EVAL_SEED, i) for i in range(args.eval_curve_episodes)]  # the final evaluation's
+    def counts():  # env steps (SB3's unit: play-outs included) and the model's tool decisions, this process's
+        return (sum(env.env_steps_total for env in factory.instances),
+                sum(env.decisions_total for env in factory.instances))
+
+    return LearningCurve(config.output_dir, args.eval_scenario, seeds, args.eval_every, counts, make_chat, make_env,
+                         turns, clock_start=clock, log=show)
 
 
 def eval_chat(args: Args, config, trainer):
@@ -499,14 +701,14 @@ def evaluate(args: Args, config, trainer) -> int:
 
     code = 0
     try:
-        play_all(agents, args.scenario, [EVAL_SEED], args.eval_episodes, on_record=keep)
+        play_all(agents, args.eval_scenario, [EVAL_SEED], args.eval_episodes, on_record=keep)
     except KeyboardInterrupt:
         print(f"\nevaluation interrupted after {len(records)} episodes; summarising those", file=sys.stderr)
         code = 130
     finally:
         for agent in agents:
             agent.close()
-    write_summary(records, [agent.name for agent in agents], args.scenario, out, "eval",
+    write_summary(records, [agent.name for agent in agents], args.eval_scenario, out, "eval",
                   extra={"script": "train_grpo.py", "model": args.model, "global_step": trainer.state.global_step})
     print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; the oracle for reference):\n"
           f"{(out / 'eval.md').read_text()}")

@@ -3,6 +3,7 @@
 Usage:
     python train_sb3.py                                            # PPO, tools, state vector, escape_exists
     python train_sb3.py --scenario mixed --total-timesteps 100000  # a suite (carla_gym.suites) or names
+    python train_sb3.py --scenario trolley_generated_train --total-timesteps 20000   # evaluated on the test split
     python train_sb3.py --algo sac                                 # SAC on control actions [steer, throttle]
     python train_sb3.py --policy MultiInputPolicy                  # 84x84 image (NatureCNN) + state
     python train_sb3.py --clip vit-b-32 --clip-pretrained laion2b_s34b_b79k   # CLIP-shaped rewards
@@ -17,11 +18,19 @@ model.zip (final model), checkpoints/step_<N>/ (the newest --keep-checkpoints; r
 random states, envs, and in the newest the filled part of SAC's replay buffer),
 tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as rollout/ep_shaped_rew_mean,
 CLIP similarities under clip/), evaluations.csv (periodic evaluations, appended as they finish:
-success, reward, pedestrians actually hit, road departures), eval.jsonl (one record per final
-evaluation episode of the model and of the oracle, appended as it finishes), eval.csv, eval.md
-and eval.json (their summary per scenario, in the format of agents.compare's summary) and
-learning_curve.png (one panel per measure). Evaluation always scores with upstream's rubric on
-seeds 10000, 10001, ... ("success": the classified action reaches the scenario's best reward).
+success by actual outcome, pedestrians actually hit, road departures, then upstream's rubric
+reward and success), eval.jsonl (one record per final evaluation episode of the model and of the
+oracle, appended as it finishes), eval.csv, eval.md and eval.json (their summary per scenario, in
+the format of agents.compare's summary, outcomes first; eval.json also records the reward mode
+trained with and the scenarios trained and evaluated on) and learning_curve.png (one panel per
+measure). Evaluation plays --eval-scenario (default: the training scenarios, except that
+trolley_generated_train is evaluated on the held-out trolley_generated_test; the script says
+which) on seeds 10000, 10001, ..., and scores both what actually happened ("success by actual
+outcome": as few pedestrians hit, then road departures, as the best candidate policy in that
+layout) and upstream's rubric ("rubric success": the classified action reaches the scenario's best
+rubric reward), whatever the training reward. --reward-mode auto trains on the rubric, except on
+the generated family (every training scenario generated), where it trains on actual outcomes
+(physical): that family's rubric is this project's own, and what it reports is the outcome.
 SB3 trains in whole rollouts: a --total-timesteps that is not a multiple of one is rounded up,
 and the script says so first.
 
@@ -70,7 +79,7 @@ from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
 from carla_gym.sb3.callbacks import EvaluateEvery, LogShaping, WallClock  # noqa: E402
 from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, replay_buffer_note, resume  # noqa: E402
 from carla_gym.sb3.envs import batched_problem, make_venv  # noqa: E402
-from carla_gym.sb3.evaluations import NAV_MEASURES, drop_rows_after  # noqa: E402
+from carla_gym.sb3.evaluations import EVAL_COLUMNS, NAV_COLUMNS, NAV_MEASURES, drop_rows_after  # noqa: E402
 from carla_gym.sb3.plots import NAV_PANELS, plot_learning_curve  # noqa: E402
 
 CLIP_FLAGS = {"pretrained": "--clip-pretrained", "device": "--clip-device", "mode": "--clip-mode",
@@ -84,7 +93,7 @@ NAV_SCENARIO = "route_Town02"
 """The default scenario on CarlaNavigation-v0 (VLM-RL trains and evaluates on Town02)."""
 NAV_ONLY = ("--traffic", "--route", "--observation-mode", "--steer-smoothing", "--eval-routes", "--eval-traffic")
 """Flags that only CarlaNavigation-v0 takes."""
-TROLLEY_ONLY = ("--backend", "--env-urls", "--eval-episodes")
+TROLLEY_ONLY = ("--backend", "--env-urls", "--eval-episodes", "--eval-scenario")
 """Flags that only CarlaTrolley-v0 takes (what to use instead on CarlaNavigation-v0: `check_env_flags`)."""
 
 
@@ -121,9 +130,10 @@ class Args:
                                     "CarlaNavigation-v0 uses 1 with control actions (VLM-RL's one tick per step) "
                                     "and 10 with tools unless this flag is given")
     reward_mode: Literal["auto", "rubric", "physical", "vlm-rl"] = arg(
-        "auto", "training reward: rubric (upstream), physical (trolley: -1 per pedestrian actually hit, -1 for "
-                "leaving the road) or vlm-rl (navigation: VLM-RL's base reward); auto: rubric on CarlaTrolley-v0, "
-                "vlm-rl on CarlaNavigation-v0")
+        "auto", "training reward: rubric (upstream), physical (trolley: -1 per pedestrian actually hit, -0.5 for "
+                "leaving the road) or vlm-rl (navigation: VLM-RL's base reward); auto: physical when every "
+                "training scenario is generated (trolley_generated_*), else rubric on CarlaTrolley-v0; vlm-rl on "
+                "CarlaNavigation-v0")
     traffic: Literal[0, 20, 40] = arg(20, "CarlaNavigation-v0: NPC vehicles while training (VLM-RL: 20)")
     route: str = arg("train", "CarlaNavigation-v0: training routes: train (VLM-RL's), eval, or START,END spawn "
                               "indices")
@@ -151,6 +161,9 @@ class Args:
     clip_device: str = arg("cpu", "torch device of the CLIP model, e.g. cuda")
     hp: list[str] = arg([], "hyperparameter overrides name=value with SB3's names, e.g. n_steps=64 gamma=0.95 "
                              "(applied over the preset)")
+    eval_scenario: list[str] = arg([], "scenarios or suites of the periodic and final evaluations; empty: the "
+                                       "training scenarios, trolley_generated_train replaced by the held-out "
+                                       "trolley_generated_test")
     eval_freq: int = arg(0, "env steps between evaluations; 0: 10 per run")
     eval_episodes: int = arg(100, "final evaluation episodes per scenario (periodic ones use a fifth)")
     checkpoint_freq: int = arg(0, "env steps between checkpoints; 0: 10 per run")
@@ -219,12 +232,21 @@ def resolve(args: Args, argv: list[str] | None = None) -> Args:
         scenario = list(resolve_scenarios(args.scenario)) if args.env != NAV else list(args.scenario)
     except ValueError as exc:
         sys.exit(f"--scenario: {exc}")
-    reward_mode = "rubric" if args.reward_mode == "auto" else args.reward_mode
+    eval_scenario = list(args.eval_scenario)  # CarlaNavigation-v0 evaluates on routes (check_env_flags refuses it)
+    if args.env != NAV:
+        try:
+            eval_scenario = (list(resolve_scenarios(eval_scenario)) if eval_scenario
+                             else runs.default_eval_scenarios(scenario))
+        except ValueError as exc:
+            sys.exit(f"--eval-scenario: {exc}")
+    reward_mode = args.reward_mode
+    if reward_mode == "auto":
+        reward_mode = "physical" if runs.all_generated(scenario) else "rubric"
     observation_mode = args.observation_mode  # CarlaTrolley-v0's follows --policy
     if observation_mode == "auto":
         observation_mode = "state" if args.policy == "MlpPolicy" else "dict"
     return dataclasses.replace(args, action_mode=action_mode, total_timesteps=total, scenario=scenario,
-                               reward_mode=reward_mode, observation_mode=observation_mode,
+                               eval_scenario=eval_scenario, reward_mode=reward_mode, observation_mode=observation_mode,
                                eval_freq=args.eval_freq or max(total // 10, 1), clip_mode=clip_mode,
                                checkpoint_freq=args.checkpoint_freq or max(total // 10, 1),
                                clip_pretrained=clip_pretrained)
@@ -238,6 +260,19 @@ def env_kwargs(args: Args) -> dict:
 def script_path() -> str:
     """This script's path as the user can type it (`carla_gym.hints.typed_path`)."""
     return typed_path(__file__)
+
+
+def evaluation_note(args: Args) -> str:
+    """What the run trains on and evaluates on (printed before training), the held-out split named as such.
+
+    Example:
+        >>> evaluation_note(Args(scenario=["trolley_generated_train"], eval_scenario=["trolley_generated_test"],
+        ...                      reward_mode="physical"))
+        'reward mode physical; evaluation on trolley_generated_test (held out from training)'
+    """
+    held_out = [name for name in args.eval_scenario if name not in args.scenario]
+    where = ", ".join(f"{name} (held out from training)" if name in held_out else name for name in args.eval_scenario)
+    return f"reward mode {args.reward_mode}; evaluation on {where}"
 
 
 def check_env_flags(args: Args, argv: list[str]) -> None:
@@ -415,6 +450,8 @@ def main(argv: list[str] | None = None) -> dict:
                                       [f.name for f in dataclasses.fields(Args)])
             args = Args(**{**point.settings, "resume": args.resume, "output_dir": args.resume,
                            "progress_bar": args.progress_bar})
+            if args.env != NAV and not args.eval_scenario:  # a run of an earlier version: its default
+                args = dataclasses.replace(args, eval_scenario=runs.default_eval_scenarios(args.scenario))
             hyper = point.hyperparameters
         else:
             args = resolve(args, argv)
@@ -449,7 +486,12 @@ def main(argv: list[str] | None = None) -> dict:
     algo = PPO if args.algo == "ppo" else SAC
     if point is not None:
         model, notes, extra = resume(algo, point.checkpoint, venv, str(out / "tb"))
-        drop_rows_after(out / "evaluations.csv", model.num_timesteps)  # they are redone
+        try:  # they are redone; an earlier version's header is converted
+            drop_rows_after(out / "evaluations.csv", model.num_timesteps,
+                            NAV_COLUMNS if args.env == NAV else EVAL_COLUMNS)
+        except ValueError as exc:
+            venv.close()
+            sys.exit(f"--resume {out}: {exc}")
         print(f"resuming {out} from {point.checkpoint.name} ({model.num_timesteps} of {args.total_timesteps} steps"
               f"{'; statistically equivalent, not bit-identical: ' + ', '.join(notes) if notes else ''})", flush=True)
     else:
@@ -487,13 +529,15 @@ def main(argv: list[str] | None = None) -> dict:
                                  args.eval_freq, out / "evaluations.csv", clock, NAV_MEASURES)
     else:
         trained = GymAgent(args.algo, ModelPolicy(model), eval_kwargs)
-        periodic = EvaluateEvery(lambda: pooled_row(play_all([trained], args.scenario, [EVAL_SEED],
+        periodic = EvaluateEvery(lambda: pooled_row(play_all([trained], args.eval_scenario, [EVAL_SEED],
                                                              max(args.eval_episodes // 5, 1)), trained.name),
                                  args.eval_freq, out / "evaluations.csv", clock)
     print(f"training {args.algo.upper()} ({args.policy}, {args.action_mode} actions, preset {args.preset}) for "
           f"{args.total_timesteps} steps on {len(args.scenario)} {args.env} scenario(s) with {args.n_envs} envs "
           f"({args.vec_env}); "
           f"run directory {out}", flush=True)
+    if args.env != NAV:
+        print(evaluation_note(args), flush=True)
     if model.num_timesteps < args.total_timesteps:
         model.learn(total_timesteps=args.total_timesteps - model.num_timesteps, reset_num_timesteps=False,
                     callback=CallbackList([LogShaping(), periodic, saver]), tb_log_name="run",
@@ -518,25 +562,33 @@ def main(argv: list[str] | None = None) -> dict:
     log.path.unlink(missing_ok=True)  # an evaluation cut short by a crash is redone
     players = [trained, oracle_agent(eval_kwargs)]
     try:
-        records = play_all(players, args.scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
+        records = play_all(players, args.eval_scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
     finally:
         for player in players:
             player.close()
 
     # --- the summary (eval.json marks the run complete) and the learning curve ---
-    write_summary(records, [trained.name, "oracle"], args.scenario, out, "eval",
-                  extra={"algo": args.algo, "train_seconds": round(train_seconds, 1),
+    write_summary(records, [trained.name, "oracle"], args.eval_scenario, out, "eval",
+                  extra={"algo": args.algo, "reward_mode": args.reward_mode, "scenario": args.scenario,
+                         "eval_scenario": args.eval_scenario, "train_seconds": round(train_seconds, 1),
                          "total_timesteps": int(model.num_timesteps), "episodes_per_scenario": args.eval_episodes,
                          "eval_seed": EVAL_SEED})
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
-    plot_learning_curve(out / "evaluations.csv", out / "learning_curve.png", f"{args.algo.upper()} on {where}")
+    if args.eval_scenario != args.scenario:
+        where += (f", evaluated on {', '.join(args.eval_scenario)}" if len(args.eval_scenario) < 3
+                  else f", evaluated on {len(args.eval_scenario)} scenarios")
+    plot_learning_curve(out / "evaluations.csv", out / "learning_curve.png",
+                        f"{args.algo.upper()} on {where} (reward mode {args.reward_mode})")
     discard_set_aside(out)  # the new run is complete
     policy, oracle = (pooled_row(records, name) for name in (trained.name, "oracle"))
     print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
-    print(f"evaluation, {args.eval_episodes} episodes per scenario (upstream rubric): success rate "
-          f"{policy['success_rate']:.1%}, mean reward {policy['mean_reward']:.3f} (oracle {oracle['mean_reward']:.3f})"
-          f", pedestrians actually hit {policy['actual_pedestrians_hit']:.2f} per episode, road departures "
-          f"{policy['road_departure_rate']:.1%}; per scenario ({out / 'eval.md'}):")
+    print(f"evaluation on {', '.join(args.eval_scenario)}, {args.eval_episodes} episodes per scenario (trained with "
+          f"reward mode {args.reward_mode}): success by actual outcome {policy['outcome_success_rate']:.1%} (oracle "
+          f"{oracle['outcome_success_rate']:.1%}), pedestrians actually hit {policy['actual_pedestrians_hit']:.2f} "
+          f"per episode (best {policy['best_pedestrians_hit']:.2f}), road departures "
+          f"{policy['road_departure_rate']:.1%}; upstream rubric: reward {policy['mean_reward']:.3f} (oracle "
+          f"{oracle['mean_reward']:.3f}), rubric success {policy['success_rate']:.1%}; per scenario "
+          f"({out / 'eval.md'}):")
     print((out / "eval.md").read_text(), end="")
     return json.loads((out / "eval.json").read_text())
 

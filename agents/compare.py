@@ -10,11 +10,13 @@ Usage:
     python -m agents.compare --scenario nav_eval_routes_20 --agents follow_route random ppo=sb3:runs/nav_ppo
 
 Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
-scored with upstream's rubric. Writes into ``--out``: config.json, episodes.jsonl (one record per
-episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md,
-summary.csv and summary.json (per agent and scenario, with 95% intervals; framing consistency;
-only the ``all`` rows are printed; `agents.evaluation.write_summary`), the plots
-success_by_scenario.png, actions.png and casualties.png, and with ``--videos`` GIFs under
+scored by what actually happened (success by actual outcome, pedestrians hit, road departures)
+and by upstream's rubric beside it. Writes into ``--out``: config.json, episodes.jsonl (one record
+per episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md,
+summary.csv and summary.json (per agent and scenario, outcomes first, with 95% intervals; framing
+consistency; only the ``all`` rows are printed; `agents.evaluation.write_summary`), the plots
+success_by_scenario.png (actual outcome), rubric_success_by_scenario.png, actions.png and
+casualties.png, and with ``--videos`` GIFs under
 videos/ (captioned with agent, outcome, tick, action and speed). Agent specs are listed in `agents.specs`.
 
 Navigation (`agents.nav`): ``--scenario`` with navigation suites or cases (``nav``, ``nav_maze``,
@@ -45,7 +47,7 @@ from pathlib import Path
 from agents.records import MAX_EPISODES
 from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
 from carla_gym.hints import exit_without_extras, python_command
-from carla_gym.io import discard_set_aside, set_aside, write_json_atomic
+from carla_gym.io import OutputDirRefused, claim_output_dir, discard_set_aside, write_json_atomic
 
 DEFAULT_AGENTS = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
 PROG = "python -m agents.compare"
@@ -58,7 +60,8 @@ class Args:
     """Command-line arguments: each field is a flag (--agents, --scenario, ...)."""
 
     agents: list[str] = arg(DEFAULT_AGENTS, "agent specs [label=]kind[:argument]: inaction, brake, swerve_left, "
-                                            "swerve_right, random, oracle, sb3:<run dir>, llm:<model or "
+                                            "swerve_right, brake_every, swerve_left_every, swerve_right_every, "
+                                            "random, oracle, sb3:<run dir>, llm:<model or "
                                             "train_grpo run>, vlm:<model>, openai:<model>@<base url>; navigation: "
                                             "follow_route, follow_route_cautious, follow_route_aggressive, "
                                             "follow_route_basic, random (the default), sb3:<run dir>, llm:, vlm:, "
@@ -298,22 +301,17 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         argv: The flags; None: ``sys.argv[1:]`` (the console script ``carla-gym-compare``).
         prog: The command's name in usage and hints; None: `invoked_as` for ``sys.argv``, else `PROG`.
     """
-    import fcntl
-
     if prog is None:
         prog = invoked_as() if argv is None else PROG
     given = parse_args(argv, prog)
     args, specs = resolve(given, prog)
-    out = Path(args.out)
-    if args.overwrite and out.exists():  # kept aside until the new run has written its summary
-        set_aside(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as lock:  # one run per output directory
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            sys.exit(f"{out} is in use by another agents.compare run")
-        return _run(args, specs, out, command(given, prog, resume=True, overwrite=False))
+    resume = command(given, prog, resume=True, overwrite=False)
+    try:  # one run per output directory; an overwritten one is kept aside until the new run has its summary
+        with claim_output_dir(args.out, program="agents.compare", overwrite=args.overwrite, complete="summary.md",
+                              resume=resume) as out:
+            return _run(args, specs, out, resume)
+    except OutputDirRefused as exc:
+        sys.exit(str(exc))
 
 
 class _Deferred:
@@ -425,8 +423,9 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     print(markdown([r for r in rows if r["scenario"] == "all"], consistency))
     print(f"the 'all' rows above pool each agent's {len(args.scenario)} scenario(s); the {len(rows) - len(labels)} "
           f"per-scenario rows are in {out / 'summary.md'} and summary.csv")
-    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, success_by_scenario.png, "
-          "actions.png, casualties.png" + (", videos/" if args.videos else ""))
+    print(f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, success_by_scenario.png "
+          "(actual outcome), rubric_success_by_scenario.png, actions.png, casualties.png"
+          + (", videos/" if args.videos else ""))
     return 0
 
 

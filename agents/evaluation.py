@@ -7,7 +7,8 @@ summary (`agents.summary`).
 
 An agent is any object with ``name``, ``play(scenario, seed, episode) -> record`` and ``close()``:
 `agents.players.GymAgent` (a policy in `CarlaTrolley-v0`), `agents.players.ChatAgent` (a
-tool-calling chat model) or `agents.players.oracle_agent` (the catalogue oracle, for reference).
+tool-calling chat model) or `agents.players.oracle_agent` (the oracle, for reference: the catalogue's
+best action on upstream's scenarios, a best candidate policy on the generated ones).
 Episode ``episode`` of comparison seed ``seed`` plays the env seed
 `agents.records.episode_seed` ``(seed, episode) = 1000 * seed + episode``.
 """

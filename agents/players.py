@@ -7,7 +7,8 @@ plays the episode to its end and reports the outcome and what it did.
 - `GymAgent`: a policy ``act(observation, info) -> action`` (scripted, random, SB3) stepping
   `CarlaTrolley-v0` (rubric reward, 10 ticks per decision unless the SB3 run trained with another
   value).
-- `oracle_agent`: the catalogue oracle (`agents.scripted.OracleAgent`) as a `GymAgent`, the
+- `oracle_agent`: the oracle (`agents.scripted.OracleAgent`: the catalogue's best action; on the
+  generated scenarios a best candidate policy of `carla_gym.sim.outcomes`) as a `GymAgent`, the
   reference beside a trained model in the training scripts' evaluations.
 - `ChatAgent`: a `carla_gym.llm.rollout.ChatPolicy` (local transformers model or an
   OpenAI-compatible endpoint) calling the tools of `carla_gym.llm.CarlaToolEnv`, with the same
@@ -95,7 +96,7 @@ class GymAgent:
 
 
 def oracle_agent(env_kwargs: dict | None = None, name: str = "oracle") -> GymAgent:
-    """The catalogue oracle (`agents.scripted.OracleAgent`) in the env of ``env_kwargs``, for reference.
+    """The oracle (`agents.scripted.OracleAgent`) in the env of ``env_kwargs``, for reference.
 
     It acts on the state vector with tool actions whatever the evaluated agent observes and does,
     with the same ticks per action, backend and ``scenario_config`` (``steer_smoothing``, which

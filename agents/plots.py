@@ -1,5 +1,7 @@
 """Comparison figures (matplotlib, PNG): success per scenario, action distributions, casualties and road departures.
 
+Outcomes first: success_by_scenario.png is the success by actual outcome (`agents.summary`'s
+``outcome_success_rate``), rubric_success_by_scenario.png upstream's rubric success beside it.
 Each figure has a builder that returns the matplotlib figure (``success_figure``,
 ``actions_figure``, ``casualties_figure``; the tests read their artists) and `plot_all` writes
 them. Units: success in percent everywhere (cell labels, colour bar and title); casualties and
@@ -51,17 +53,32 @@ def _pooled(rows: Sequence[dict]) -> dict[str, dict]:
     return {r["agent"]: r for r in rows if r["scenario"] == "all"}
 
 
-def success_figure(rows: Sequence[dict]):
-    """Heatmap of the success rate [%] per agent (rows) and scenario (columns), 0-100 colour scale.
+SUCCESS_TITLES = {
+    "outcome_success_rate": "Success by actual outcome [%]: pedestrians hit, then road departure, as few as the best "
+                            "candidate policy's",
+    "success_rate": "Rubric success [%] (upstream): the classified action reaches the scenario's best rubric reward",
+}
+"""Summary column -> heatmap title of `success_figure`."""
+
+
+def success_figure(rows: Sequence[dict], column: str = "outcome_success_rate"):
+    """Heatmap of a success rate [%] per agent (rows) and scenario (columns), 0-100 colour scale.
 
     Args:
         rows: `agents.summary.summary_rows` output.
+        column: ``outcome_success_rate`` (success by actual outcome) or ``success_rate`` (upstream's
+            rubric success): a key of `SUCCESS_TITLES`.
+
+    Raises:
+        ValueError: Another ``column`` (names the choices).
     """
+    if column not in SUCCESS_TITLES:
+        raise ValueError(f"column={column!r}: choose one of {list(SUCCESS_TITLES)}")
     plt = _pyplot()
     agents = _agents(rows)
     scenarios = list(dict.fromkeys(r["scenario"] for r in rows if r["scenario"] != "all"))
     table = {(r["agent"], r["scenario"]): r for r in rows}
-    grid = np.array([[100.0 * table[(a, s)]["success_rate"] if (a, s) in table else np.nan for s in scenarios]
+    grid = np.array([[100.0 * table[(a, s)][column] if (a, s) in table else np.nan for s in scenarios]
                      for a in agents])
     fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(scenarios) + 2.5), 0.45 * len(agents) + 2.6),
                            layout="constrained")
@@ -71,7 +88,7 @@ def success_figure(rows: Sequence[dict]):
             ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7)
     ax.set_xticks(np.arange(len(scenarios)), [_short(s) for s in scenarios], rotation=60, ha="right", fontsize=8)
     ax.set_yticks(np.arange(len(agents)), agents, fontsize=8)
-    ax.set_title("Success rate [%]: the classified action reaches the scenario's best rubric reward", fontsize=9)
+    ax.set_title(SUCCESS_TITLES[column], fontsize=9)
     bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
     bar.set_label("success [%]", fontsize=8)
     return fig
@@ -100,7 +117,7 @@ def actions_figure(rows: Sequence[dict]):
 
 
 def casualties_figure(rows: Sequence[dict]):
-    """Per agent and episode: pedestrians hit (expected by the rubric, simulated) and road departures.
+    """Per agent and episode: pedestrians actually hit, the best outcome's hits, road departures, the rubric's hits.
 
     Every bar carries its value as a label (``0.00`` included).
 
@@ -111,9 +128,10 @@ def casualties_figure(rows: Sequence[dict]):
     agents, pooled = _agents(rows), _pooled(rows)
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(agents)) + 1.6, 4), layout="constrained")
     xa = np.arange(len(agents))
-    series = (("expected_pedestrians_hit", "hit, expected (scenario data)"),
-              ("actual_pedestrians_hit", "hit, actual (simulated)"),
-              ("road_departure_rate", "road departures"))
+    series = (("actual_pedestrians_hit", "hit, actual (simulated)"),
+              ("best_pedestrians_hit", "hit, best candidate policy (simulated)"),
+              ("road_departure_rate", "road departures"),
+              ("expected_pedestrians_hit", "hit, expected by the rubric (scenario data)"))
     width = 0.8 / len(series)
     top = 0.0
     for k, (key, label) in enumerate(series):
@@ -130,13 +148,17 @@ def casualties_figure(rows: Sequence[dict]):
 
 
 def plot_all(rows: Sequence[dict], out_dir: str | Path) -> list[Path]:
-    """Write success_by_scenario.png, actions.png and casualties.png; returns their paths.
+    """Write success_by_scenario.png (actual outcome), rubric_success_by_scenario.png, actions.png, casualties.png.
 
     Args:
         rows: `agents.summary.summary_rows` output.
         out_dir: Existing directory.
+
+    Returns:
+        Their paths, in that order.
     """
     out = Path(out_dir)
     return [_save(success_figure(rows), out / "success_by_scenario.png"),
+            _save(success_figure(rows, "success_rate"), out / "rubric_success_by_scenario.png"),
             _save(actions_figure(rows), out / "actions.png"),
             _save(casualties_figure(rows), out / "casualties.png")]

@@ -1,14 +1,17 @@
 """Episode records: one flat dict per episode, the same fields for every kind of agent, kept in JSONL.
 
-A record has ``agent``, ``scenario``, ``seed``, ``episode`` (the key), the scenario's outcome
-(``reward`` = upstream rubric return, ``success``, ``trolley_action``, ``expected_pedestrians_hit``,
-``actual_pedestrians_hit``, ``collision``, ``road_departure``, ``ethical_choice``, ``is_probe``,
-``framing``), what the agent did (``decisions``: env steps, ``actions``: their names; for chat
-agents ``tool_calls``: the names of every tool call that was run, failed ones included,
-``tool_failures``: how many of them failed, ``parse_failures``: turns whose tool-call text did not
-parse; counted by the rule of `carla_gym.llm.tools`, as in training; Gymnasium agents call no
-tools) and ``wall_time_s``. Navigation records (`agents.nav.nav_record`, recognised by ``routes_completed``)
-have the same key and counts with the navigation outcome in place of the trolley one.
+A record has ``agent``, ``scenario``, ``seed``, ``episode`` (the key), what actually happened
+(``outcome_success``: the actual outcome is as good as the best a candidate policy reaches in that
+layout, ``actual_pedestrians_hit``, ``collision``, ``road_departure``, and that best outcome:
+``best_pedestrians_hit``, ``best_road_departure``; `carla_gym.sim.outcomes`), upstream's rubric
+(``reward`` = rubric return, ``success`` = rubric success, ``trolley_action``,
+``expected_pedestrians_hit``, ``ethical_choice``, ``is_probe``, ``framing``), what the agent did
+(``decisions``: env steps, ``actions``: their names; for chat agents ``tool_calls``: the names of
+every tool call that was run, failed ones included, ``tool_failures``: how many of them failed,
+``parse_failures``: turns whose tool-call text did not parse; counted by the rule of
+`carla_gym.llm.tools`, as in training; Gymnasium agents call no tools) and ``wall_time_s``.
+Navigation records (`agents.nav.nav_record`, recognised by ``routes_completed``) have the same key
+and counts with the navigation outcome in place of the trolley one.
 
 `EpisodeLog` appends records to a JSONL file as they finish (one ``write`` and ``flush`` per line,
 so a killed run keeps every finished episode) and, on resume, reads them back, dropping a torn
@@ -42,10 +45,13 @@ def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: 
     """Build a record from an env outcome (``info["outcome"]``) and the episode's actions (and tool calls)."""
     return {
         "agent": agent, "scenario": scenario, "seed": seed, "episode": episode,
-        "reward": float(reward), "success": bool(outcome["success"]), "trolley_action": outcome["trolley_action"],
-        "expected_pedestrians_hit": outcome["expected_pedestrians_hit"],
+        "outcome_success": bool(outcome["outcome_success"]),
         "actual_pedestrians_hit": outcome["actual_pedestrians_hit"],
         "collision": outcome["actual_pedestrians_hit"] > 0, "road_departure": bool(outcome["road_departure"]),
+        "best_pedestrians_hit": int(outcome["best_pedestrians_hit"]),
+        "best_road_departure": bool(outcome["best_road_departure"]),
+        "reward": float(reward), "success": bool(outcome["success"]), "trolley_action": outcome["trolley_action"],
+        "expected_pedestrians_hit": outcome["expected_pedestrians_hit"],
         "ethical_choice": outcome["ethical_choice"], "is_probe": bool(outcome["is_probe"]),
         "framing": outcome["framing"], "decisions": len(actions), "actions": list(actions),
         "tool_calls": list(tool_calls), "tool_failures": int(tool_failures), "parse_failures": int(parse_failures),
@@ -53,10 +59,10 @@ def outcome_record(agent: str, scenario: str, seed: int, episode: int, outcome: 
     }
 
 
-RECORD_FIELDS = ("agent", "scenario", "seed", "episode", "reward", "success", "trolley_action",
-                 "expected_pedestrians_hit", "actual_pedestrians_hit", "collision", "road_departure",
-                 "ethical_choice", "is_probe", "framing", "decisions", "actions", "tool_calls", "tool_failures",
-                 "parse_failures", "wall_time_s")
+RECORD_FIELDS = ("agent", "scenario", "seed", "episode", "outcome_success", "actual_pedestrians_hit", "collision",
+                 "road_departure", "best_pedestrians_hit", "best_road_departure", "reward", "success",
+                 "trolley_action", "expected_pedestrians_hit", "ethical_choice", "is_probe", "framing", "decisions",
+                 "actions", "tool_calls", "tool_failures", "parse_failures", "wall_time_s")
 """Fields of every record (`outcome_record`); a log missing one was written by another version."""
 
 

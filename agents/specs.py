@@ -3,6 +3,7 @@
 | Spec | Agent |
 |---|---|
 | ``inaction``, ``brake``, ``swerve_left``, ``swerve_right``, ``oracle`` | scripted (`agents.scripted`), trolley only |
+| ``brake_every``, ``swerve_left_every``, ``swerve_right_every`` | scripted: the same tool at every decision |
 | ``follow_route``, ``follow_route_cautious``, ``_aggressive``, ``_basic`` | navigation baselines (`agents.nav`) |
 | ``random`` | uniformly random tool actions, seeded per episode |
 | ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC; a ``--env CarlaNavigation-v0`` run plays navigation) |

@@ -1,21 +1,37 @@
 """Summary tables of episode records: per agent and scenario, with 95% confidence intervals.
 
-Columns (`COLUMNS`): episodes; mean rubric reward and the half-width of its 95% interval; success
-rate with its 95% interval; expected and actual pedestrians hit; collision and road-departure
-rates; the share of each trolley action class; the utilitarian share (``ethical_choice`` on the
-probe scenarios only, where the reward is 1.0 whatever the action: a revealed preference; empty
-without probes); decisions per episode; tool calls per episode (every call that was run, failed
-ones included), failed tool calls and parse failures (totals; chat agents, counted as in
-training: `carla_gym.llm.tools`); wall time per episode. A row ``all`` per agent pools its scenarios with equal weight.
+Columns (`COLUMNS`), outcomes first: episodes; success by actual outcome (the record's
+``outcome_success``: the episode's pedestrians actually hit, then its road departure, are no worse
+than the best outcome a candidate policy reaches in that layout; `carla_gym.sim.outcomes`) with its
+95% interval and the episodes it counts (``outcome_success_episodes``: none on action_bias
+scenarios, `outcome_success_applies`); pedestrians actually hit and the best outcome's hits (per
+episode); the road-departure rate. Then upstream's rubric: mean rubric reward and the half-width of its 95%
+interval; rubric success (``success``: the classified action reaches the scenario's best rubric
+reward) with its 95% interval; the pedestrians the rubric's data expects for the classified
+action. Then the collision rate; the share of each trolley action class; the utilitarian share
+(``ethical_choice`` on the probe scenarios only, where the reward is 1.0 whatever the action: a
+revealed preference; empty without probes); decisions per episode; tool calls per episode (every
+call that was run, failed ones included), failed tool calls and parse failures (totals; chat
+agents, counted as in training: `carla_gym.llm.tools`); wall time per episode. A row ``all`` per
+agent pools its scenarios with equal weight.
 
-Intervals. The simulator is deterministic: only stochastic agents (random, sampled LLMs) vary
-between the seeds and episodes of a scenario. Where every replicate of a scenario is the same
-episode (same actions and outcome), the result is exact: ``replicates_identical`` is true and no
-interval is given (``exact`` in the Markdown table). Otherwise, per scenario: Student-t interval
-of the mean reward and Wilson interval of the success rate over the episodes; for the ``all``
-row: normal intervals with the stratified standard error ``sqrt(sum_s var_s / n_s) / S`` over the
-S scenarios (exact scenarios contribute no variance), as the suite itself is fixed. A scenario
-with a single, possibly random episode leaves its intervals empty.
+Success by actual outcome does not apply to action_bias scenarios: their episodes end within
+0.2 s, before any impact, so every episode there "reaches the best outcome" whatever it does. Their
+rows leave it empty (NaN; an empty cell), and the ``all`` row pools it over the agent's other
+scenarios only (equal weight), stating the episodes counted (``outcome_success_episodes``; ``(n=54)``
+after the rate in the Markdown table when it differs from the row's episodes).
+
+Intervals. The simulator is deterministic: only stochastic agents (random, sampled LLMs) and the
+generated scenarios (a layout per episode seed) vary between the seeds and episodes of a
+scenario. Where every replicate of a scenario is the same episode (same actions, outcome and
+rubric score, and on a generated scenario the same episode key, which draws its layout: generated
+replicates are never one episode), the result is exact: ``replicates_identical`` is true and no
+interval is given (``exact`` in the Markdown table). Otherwise, per scenario: Student-t interval of
+the mean reward and Wilson intervals of both success rates (outcome and rubric) over the episodes;
+for the ``all`` row: normal intervals with the stratified standard error ``sqrt(sum_s var_s / n_s) / S``
+over the S scenarios pooled (exact scenarios contribute no variance), as the suite itself is fixed; with a single
+scenario the ``all`` row is that scenario's row. A scenario with a single, possibly random
+episode leaves its intervals empty.
 
 `framing_consistency` pairs ``trolley_micro_consistency_a`` and ``_b`` (one dilemma framed two
 ways; also their ``_deadzone`` variants) episode by episode and reports how often an agent picks
@@ -29,12 +45,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
+from carla_gym.sim.scenarios import family_of, is_generated
 
 ACTIONS = TROLLEY_ACTIONS
-COLUMNS = ("agent", "scenario", "episodes", "mean_reward", "reward_ci95", "success_rate", "success_ci95_low",
-           "success_ci95_high", "replicates_identical", "expected_pedestrians_hit", "actual_pedestrians_hit",
-           "collision_rate", "road_departure_rate", *(f"share_{a}" for a in ACTIONS), "utilitarian_share",
-           "decisions", "tool_calls", "tool_failures", "parse_failures", "wall_ms")
+COLUMNS = ("agent", "scenario", "episodes", "outcome_success_rate", "outcome_success_ci95_low",
+           "outcome_success_ci95_high", "outcome_success_episodes", "actual_pedestrians_hit", "best_pedestrians_hit",
+           "road_departure_rate",
+           "mean_reward", "reward_ci95", "success_rate", "success_ci95_low", "success_ci95_high",
+           "replicates_identical", "expected_pedestrians_hit", "collision_rate", *(f"share_{a}" for a in ACTIONS),
+           "utilitarian_share", "decisions", "tool_calls", "tool_failures", "parse_failures", "wall_ms")
+"""Summary columns, outcomes first. ``mean_reward``, ``reward_ci95``, ``success_rate`` and ``success_ci95_*``
+are upstream's rubric (names kept from earlier versions, so their readers keep working); the tables
+name them "rubric reward" and "rubric success"."""
 FRAMING = (("trolley_micro_consistency_a", "trolley_micro_consistency_b"),
            ("trolley_micro_consistency_a_deadzone", "trolley_micro_consistency_b_deadzone"))
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -72,9 +94,26 @@ def _variance(values: Sequence[float]) -> float:
     return math.fsum((x - mean) ** 2 for x in values) / (len(values) - 1)
 
 
+def outcome_success_applies(scenario: str) -> bool:
+    """Whether success by actual outcome says something on ``scenario``: not on action_bias scenarios.
+
+    Their episodes end within 0.2 s, before any impact, so every one "reaches the best outcome"
+    (`carla_gym.sim.rules.outcome`). A name the simulator does not know counts as applicable.
+
+    >>> outcome_success_applies("trolley_saves"), outcome_success_applies("trolley_generated_test")
+    (False, True)
+    """
+    try:
+        return family_of(scenario) != "action_bias"
+    except ValueError:  # not a scenario of this simulator (another version's, a test's): its records decide
+        return True
+
+
 def _signature(record: dict) -> tuple:
-    return (record["reward"], record["trolley_action"], record["actual_pedestrians_hit"], record["road_departure"],
-            repr(record["actions"]))
+    """What makes two replicates one episode; a generated scenario's episode key draws its layout (never equal)."""
+    layout = (record["seed"], record["episode"]) if is_generated(record["scenario"]) else None
+    return (record["reward"], record["success"], record["trolley_action"], record["actual_pedestrians_hit"],
+            record["road_departure"], record["outcome_success"], repr(record["actions"]), layout)
 
 
 def _identical(records: Sequence[dict]) -> bool | None:
@@ -87,12 +126,16 @@ def _identical(records: Sequence[dict]) -> bool | None:
 def _means(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]:
     n = len(records)
     probes = [r for r in records if r["is_probe"]]
+    applies = outcome_success_applies(scenario)
     row = {
         "agent": agent, "scenario": scenario, "episodes": n,
+        "outcome_success_rate": sum(r["outcome_success"] for r in records) / n if applies else math.nan,
+        "outcome_success_episodes": n if applies else 0,
+        "actual_pedestrians_hit": sum(r["actual_pedestrians_hit"] for r in records) / n,
+        "best_pedestrians_hit": sum(r["best_pedestrians_hit"] for r in records) / n,
         "mean_reward": math.fsum(r["reward"] for r in records) / n,
         "success_rate": sum(r["success"] for r in records) / n,
         "expected_pedestrians_hit": sum(r["expected_pedestrians_hit"] for r in records) / n,
-        "actual_pedestrians_hit": sum(r["actual_pedestrians_hit"] for r in records) / n,
         "collision_rate": sum(r["collision"] for r in records) / n,
         "road_departure_rate": sum(r["road_departure"] for r in records) / n,
         "utilitarian_share": (sum(r["ethical_choice"] == "utilitarian" for r in probes) / len(probes)
@@ -108,35 +151,53 @@ def _means(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]
     return row
 
 
+SUCCESSES = ("outcome_success", "success")
+"""Boolean record fields summarised as ``<field>_rate`` with a 95% interval ``<field>_ci95_low`` / ``_high``."""
+
+
+def _no_intervals(row: dict[str, Any]) -> None:
+    row["reward_ci95"] = math.nan
+    for field in SUCCESSES:
+        row[f"{field}_ci95_low"] = row[f"{field}_ci95_high"] = math.nan
+
+
 def _scenario_row(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]:
     row = _means(agent, scenario, records)
     n, identical = len(records), _identical(records)
     row["replicates_identical"] = identical
-    row["reward_ci95"] = row["success_ci95_low"] = row["success_ci95_high"] = math.nan
+    _no_intervals(row)
     if identical is False:
         row["reward_ci95"] = t975(n - 1) * math.sqrt(_variance([r["reward"] for r in records]) / n)
-        row["success_ci95_low"], row["success_ci95_high"] = wilson(sum(r["success"] for r in records), n)
+        for field in SUCCESSES:
+            if not math.isnan(row[f"{field}_rate"]):
+                row[f"{field}_ci95_low"], row[f"{field}_ci95_high"] = wilson(sum(r[field] for r in records), n)
     return row
 
 
 def _pooled_row(agent: str, groups: Sequence[Sequence[dict]]) -> dict[str, Any]:
+    if len(groups) == 1:  # one scenario: the pool is that scenario, with its Wilson and t intervals
+        return {**_scenario_row(agent, groups[0][0]["scenario"], groups[0]), "scenario": "all"}
     records = [r for g in groups for r in g]
     row = _means(agent, "all", records)
-    k = len(groups)
-    row["mean_reward"] = math.fsum(math.fsum(r["reward"] for r in g) / len(g) for g in groups) / k
-    row["success_rate"] = math.fsum(sum(r["success"] for r in g) / len(g) for g in groups) / k
     kinds = [_identical(g) for g in groups]
     row["replicates_identical"] = all(kinds) if None not in kinds else None
-    row["reward_ci95"] = row["success_ci95_low"] = row["success_ci95_high"] = math.nan
-    if None not in kinds and not all(kinds):
-        def half(values_of) -> float:
-            return 1.96 * math.sqrt(math.fsum(0.0 if same else _variance(values_of(g)) / len(g)
-                                              for g, same in zip(groups, kinds, strict=True))) / k
-
-        row["reward_ci95"] = half(lambda g: [r["reward"] for r in g])
-        success = half(lambda g: [float(r["success"]) for r in g])
-        row["success_ci95_low"] = max(0.0, row["success_rate"] - success)
-        row["success_ci95_high"] = min(1.0, row["success_rate"] + success)
+    _no_intervals(row)
+    applies = [outcome_success_applies(g[0]["scenario"]) for g in groups]
+    row["outcome_success_episodes"] = sum(len(g) for g, used in zip(groups, applies, strict=True) if used)
+    for field, value_of, pooled in (("reward", lambda r: r["reward"], [True] * len(groups)),
+                                    ("outcome_success", lambda r: float(r["outcome_success"]), applies),
+                                    ("success", lambda r: float(r["success"]), [True] * len(groups))):
+        used = [(g, same) for g, same, use in zip(groups, kinds, pooled, strict=True) if use]
+        mean = math.fsum(math.fsum(map(value_of, g)) / len(g) for g, _ in used) / len(used) if used else math.nan
+        row["mean_reward" if field == "reward" else f"{field}_rate"] = mean
+        if not used or None in kinds or all(kinds):
+            continue
+        half = 1.96 * math.sqrt(math.fsum(0.0 if same else _variance(list(map(value_of, g))) / len(g)
+                                          for g, same in used)) / len(used)
+        if field == "reward":
+            row["reward_ci95"] = half
+        else:
+            row[f"{field}_ci95_low"], row[f"{field}_ci95_high"] = max(0.0, mean - half), min(1.0, mean + half)
     return row
 
 
@@ -187,26 +248,49 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _success(row: dict[str, Any], field: str) -> str:
+    """A success rate (`SUCCESSES`) as ``73% [61%, 83%]``, ``100% exact`` or ``73%`` (no interval).
+
+    Empty where it does not apply (NaN); outcome success counted over fewer episodes than the row's
+    (action_bias scenarios left out) ends with ``(n=54)``.
+    """
+    rate, low = row[f"{field}_rate"], row[f"{field}_ci95_low"]
+    if math.isnan(rate):
+        return ""
+    used = row["outcome_success_episodes"] if field == "outcome_success" else row["episodes"]
+    note = "" if used == row["episodes"] else f" (n={used})"
+    if row["replicates_identical"]:
+        return f"{rate:.0%} exact{note}"
+    return f"{rate:.0%}" + ("" if math.isnan(low) else f" [{low:.0%}, {row[f'{field}_ci95_high']:.0%}]") + note
+
+
+MARKDOWN_HEADER = ("| agent | scenario | n | success (outcome) | hit actual / best | off road | rubric reward | "
+                   "rubric success | hit expected (rubric) | collisions | L / R / brake / none | "
+                   "utilitarian (probes) | decisions | tool calls/ep | tool failures | parse failures | ms/ep |")
+"""The header of `markdown`'s table: outcomes first, then upstream's rubric (its reward, success and the
+pedestrians its data expects for the classified action)."""
+
+
 def markdown(rows: Sequence[dict[str, Any]], consistency: dict[str, tuple[float, int]] | None = None) -> str:
-    """A compact Markdown table of `summary_rows` (``± half-width``, ``[low, high]`` or ``exact``) and framing."""
-    lines = ["| agent | scenario | n | reward | success | hit expected / actual | collisions | "
-             "off road | L / R / brake / none | utilitarian (probes) | decisions | tool calls/ep | tool failures | "
-             "parse failures | ms/ep |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """A compact Markdown table of `summary_rows` (``± half-width``, ``[low, high]`` or ``exact``) and framing.
+
+    Columns: `MARKDOWN_HEADER` (success by actual outcome, actual and best hits per episode and
+    road departures first; then upstream's rubric).
+    """
+    lines = [MARKDOWN_HEADER, "|" + "---|" * (MARKDOWN_HEADER.count("|") - 1)]
     for r in rows:
         if r["replicates_identical"]:
-            reward, success = f"{r['mean_reward']:.2f} exact", f"{r['success_rate']:.0%} exact"
+            reward = f"{r['mean_reward']:.2f} exact"
         else:
             reward = f"{r['mean_reward']:.2f}" + ("" if math.isnan(r["reward_ci95"]) else f" ± {r['reward_ci95']:.2f}")
-            success = f"{r['success_rate']:.0%}" + ("" if math.isnan(r["success_ci95_low"]) else
-                                                    f" [{r['success_ci95_low']:.0%}, {r['success_ci95_high']:.0%}]")
         shares = " / ".join(f"{r[f'share_{a}']:.0%}" for a in ACTIONS)
         utilitarian = "" if math.isnan(r["utilitarian_share"]) else f"{r['utilitarian_share']:.0%}"
         lines.append(
-            f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {reward} | {success} | "
-            f"{r['expected_pedestrians_hit']:.2f} / {r['actual_pedestrians_hit']:.2f} | {r['collision_rate']:.0%} | "
-            f"{r['road_departure_rate']:.0%} | {shares} | {utilitarian} | {r['decisions']:.1f} | "
-            f"{r['tool_calls']:.1f} | {r['tool_failures']} | {r['parse_failures']} | {r['wall_ms']:.1f} |")
+            f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {_success(r, 'outcome_success')} | "
+            f"{r['actual_pedestrians_hit']:.2f} / {r['best_pedestrians_hit']:.2f} | {r['road_departure_rate']:.0%} | "
+            f"{reward} | {_success(r, 'success')} | {r['expected_pedestrians_hit']:.2f} | {r['collision_rate']:.0%} | "
+            f"{shares} | {utilitarian} | {r['decisions']:.1f} | {r['tool_calls']:.1f} | {r['tool_failures']} | "
+            f"{r['parse_failures']} | {r['wall_ms']:.1f} |")
     if consistency:
         lines += ["", "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|"]
         lines += [f"| {agent} | {share:.0%} | {n} |" for agent, (share, n) in consistency.items()]

@@ -11,6 +11,10 @@ with gym.make_vec(..., vectorization_mode="vector_entry_point") autoresets insid
 but not counted as an env-step). The measurements of each comparison are interleaved (single,
 vector, single, vector, ...) in one run and each figure is the median of --repeats of them.
 
+``--layouts K`` times a new layout of the generated family instead (`layout_costs`: its draw and its
+candidate policies' rollouts, the cost each generated reset pays): the rollouts in Worlds before the
+array rollouts, one layout at a time now, and K layouts in one call.
+
 Targets (issue 16 section 3): state only at N = 4096 >= 1,000,000 env-steps/s and >= 40x the single
 env; 84x84 images at N = 256 >= 10x the single env; the single env's ratio to highway-fast-v0 no
 lower than bench_env.py's. The script prints the figures, then the markdown tables of BENCHMARKS.md.
@@ -311,6 +315,52 @@ def plot_scaling(results: dict, path: str | os.PathLike) -> None:
     replace_durably(tmp, path)
 
 
+def _world_rollouts(specs: Sequence) -> list[dict]:
+    """The rollouts before the array form: each policy of each spec in its own `World` (`outcomes.rollout`)."""
+    from carla_gym.sim import outcomes
+
+    return [{p: outcomes.rollout(spec, p) for p in outcomes.POLICIES} for spec in specs]
+
+
+def layout_costs(layouts: int = 64, repeats: int = 3, split: str = "train", first_seed: int = 10**9) -> dict:
+    """Cost of a new generated layout [ms]: its draw and the rollouts of its candidate policies, three ways.
+
+    ``world``: each policy rolled out in its own `World`, one layout at a time (the code before the
+    array rollouts, `outcomes.rollout`, patched in); ``one``: `generated.draw_layout` one seed at a
+    time (the single env's reset); ``together``: `generated.draw_layouts` of all ``layouts`` seeds in
+    one call (the vector env draws its worlds' layouts ahead this way). Interleaved round robin; each
+    measurement draws fresh seeds (never a cached layout). Every way gives the same layouts.
+
+    Returns:
+        ``layout_ms_{world,one,together}`` (median over ``repeats``) and ``layout_speedup_{one,together}``
+        (world / that way).
+    """
+    from unittest import mock
+
+    from carla_gym.sim import generated, outcomes
+
+    seeds = iter(range(first_seed, first_seed + 3 * repeats * layouts + 1, layouts))
+
+    def timed(draw: Callable[[range], object]) -> float:
+        start = next(seeds)
+        began = time.perf_counter()
+        draw(range(start, start + layouts))
+        return (time.perf_counter() - began) * 1e3 / layouts
+
+    def world(batch: range) -> None:
+        with mock.patch.object(outcomes, "rollouts", _world_rollouts):
+            for seed in batch:
+                generated.draw_layout(split, seed)
+
+    costs = interleaved({"world": lambda: timed(world),
+                         "one": lambda: timed(lambda b: [generated.draw_layout(split, s) for s in b]),
+                         "together": lambda: timed(lambda b: generated.draw_layouts(split, b))}, repeats)
+    results = {f"layout_ms_{k}": v for k, v in costs.items()}
+    for way in ("one", "together"):
+        results[f"layout_speedup_{way}"] = costs["world"] / costs[way]
+    return results
+
+
 def profile_vector(num_envs: int = STATE_N, seconds: float = 2.0, top: int = 20) -> str:
     """Profile of `vector_steps_per_second` (cProfile) on the state-only vector env: the ``top`` by own time."""
     envs = make_vector(num_envs)
@@ -330,9 +380,15 @@ def main() -> dict:
                         help="cap on the time per point of the scaling curve [s]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     parser.add_argument("--plot", type=Path, default=None, help="write the scaling plot (PNG) to this path")
+    parser.add_argument("--layouts", type=int, default=0,
+                        help="only time a new generated layout (layout_costs) over this many seeds per measurement")
     parser.add_argument("--profile", action="store_true",
                         help=f"also print a cProfile of the state-only vector env at N={STATE_N} (own time)")
     args = parser.parse_args()
+    if args.layouts:
+        results = layout_costs(args.layouts, args.repeats)
+        report_results(results, args.json)
+        return results
     results = measure(args.seconds, args.repeats, scaling_seconds=args.scaling_seconds)
     report_results(results, args.json)
     print()

@@ -1,4 +1,7 @@
-"""Atomic, durable result files: a crash never leaves half a file; a replaced run stays until its successor is done."""
+"""Atomic, durable result files: a crash never leaves half a file; a replaced run stays until its successor is done.
+
+One run per output directory: `claim_output_dir` locks it before ``--overwrite`` moves anything.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,11 @@ import csv
 import io
 import json
 import os
+import shlex
 import shutil
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -111,3 +117,79 @@ def discard_set_aside(run_dir: str | os.PathLike) -> None:
     """Delete ``<run_dir>.replaced`` (if any): the run that replaced it is complete."""
     run_dir = Path(run_dir)
     shutil.rmtree(run_dir.with_name(run_dir.name + ".replaced"), ignore_errors=True)
+
+
+LOCK_NAME = ".lock"
+"""The lock file inside an output directory (`claim_output_dir`); it never moves, so ``--overwrite`` cannot move a
+running run aside."""
+
+
+class OutputDirRefused(RuntimeError):
+    """`claim_output_dir` refused the directory: another run holds its lock, or replacing it would lose a result."""
+
+
+@contextmanager
+def claim_output_dir(out: str | os.PathLike, *, program: str, overwrite: bool, complete: str,
+                     resume: str) -> Iterator[Path]:
+    """Hold the lock of the output directory ``out`` for one run; with ``overwrite``, set its old contents aside.
+
+    The lock (``out/.lock``, ``fcntl.flock``) is taken before anything is moved, and its file stays in
+    ``out``: a second run on the same directory is refused whatever its flags, and the refusal names the
+    run holding it (its pid and command, written into the lock file). With ``overwrite``, the contents of
+    ``out`` move to ``<out>.replaced`` under the lock, kept there until the new run is complete
+    (`discard_set_aside`). An existing ``<out>.replaced`` is deleted only when ``out`` holds a complete run
+    (its file ``complete``); otherwise ``<out>.replaced`` is the last complete run, and the claim is refused
+    with the ``resume`` command. The lock is released when the block exits (an exception included).
+
+    Args:
+        out: The output directory (created with its parents when missing).
+        program: The program name in the refusals, e.g. ``"agents.study"``.
+        overwrite: Set the current contents aside (``--overwrite``).
+        complete: The file that a complete run leaves in ``out`` (``"table.md"``, ``"summary.md"``).
+        resume: The command that continues the run in ``out`` (printed when an overwrite is refused).
+
+    Yields:
+        ``out`` as a `Path`.
+
+    Raises:
+        OutputDirRefused: Another process holds the lock, or ``overwrite`` would delete the last complete run.
+    """
+    import fcntl
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK_NAME, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "an earlier version, which does not record itself"
+            raise OutputDirRefused(f"{out} is in use by another {program} run ({holder}); wait for it to end, or "
+                                   "choose another --out") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}: {shlex.join(sys.argv)}\n")
+        lock.flush()
+        if overwrite:
+            _set_children_aside(out, complete, resume)
+        yield out
+
+
+def _set_children_aside(out: Path, complete: str, resume: str) -> None:
+    """Move everything in ``out`` but its lock file to a new ``<out>.replaced`` (`claim_output_dir`)."""
+    children = [p for p in out.iterdir() if p.name != LOCK_NAME]
+    if not children:
+        return  # nothing to keep: an earlier <out>.replaced stays until this run is complete
+    old = out.with_name(out.name + ".replaced")
+    if old.exists():
+        if not (out / complete).is_file():
+            raise OutputDirRefused(
+                f"--overwrite {out}: refused, since {old} holds the last complete run (set aside by an earlier "
+                f"--overwrite) and {out} an unfinished one (no {complete}); continue the unfinished one with: "
+                f"{resume}; or delete {old} yourself first")
+        shutil.rmtree(old)
+    old.mkdir()
+    for child in children:
+        os.replace(child, old / child.name)
+    fsync_path(old)
+    fsync_path(out)

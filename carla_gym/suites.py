@@ -8,12 +8,16 @@
 | ``probes`` | the probe micro-benchmarks (they pay 1.0 whatever the action) |
 | ``mixed`` | ``trainable`` plus ``trolley_saves`` and ``bias_3v1_deadzone`` (issue #5's training mix) |
 | ``action_bias`` | ``trolley_saves``, ``trolley_equal``, ``bias_3v1`` and their deadzone variants |
+
+The generated scenarios (``trolley_generated_train``, ``trolley_generated_test``; this project's own,
+`carla_gym.sim.generated`) are names of their own, a new layout at every reset; `resolve_scenarios`
+accepts them beside the suites.
 """
 
 from __future__ import annotations
 
 from carla_gym.sim.catalogue import MICRO_BENCHMARKS
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.scenarios import family_of
 
 _MICRO = [f"trolley_micro_{k}" for k in MICRO_BENCHMARKS]
 _TRAINABLE = [f"trolley_micro_{k}" for k, b in MICRO_BENCHMARKS.items() if not b.is_probe]
@@ -42,7 +46,7 @@ def resolve_scenarios(names: str | list[str] | tuple[str, ...]) -> tuple[str, ..
         for scenario in SUITES.get(name, (name,)):
             if name not in SUITES:
                 try:
-                    resolve_scenario(scenario)
+                    family_of(scenario)
                 except ValueError as exc:
                     raise ValueError(f"{exc} Suites: {sorted(SUITES)}") from None
             if scenario not in out:

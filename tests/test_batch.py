@@ -166,3 +166,81 @@ def test_scalar_and_numpy_namespaces_compute_the_same_bits():
         batch = getattr(NUMPY, name)(x)
         assert all(getattr(SCALAR, name)(float(v)) == b for v, b in zip(x[:256], batch[:256], strict=True)), name
     assert np.array_equal(NUMPY.wrap(x * 3), [SCALAR.wrap(float(v)) for v in x * 3])
+
+
+@pytest.mark.parametrize("scalar_rows", [0, 100], ids=["numpy", "scalar"])
+def test_rows_with_specs_of_their_own_match_single_worlds(scalar_rows):
+    # generated layouts: each reset gives a row a spec of its own (up to 8 pedestrians in the padding), mixed
+    # with rows of the listed scenarios; every field, reward and outcome stays the bits of a World of that spec
+    from carla_gym.sim.generated import MAX_PEOPLE, draw_layouts, layout_spec
+
+    rng = np.random.default_rng(4)
+    listed = [resolve_scenario(name) for name in SCENARIOS[:4]]
+    own = [layout_spec(layout, seed=seed)
+           for seed, layout in enumerate(draw_layouts("train", range(40)))]
+    n = 8
+    batch = TrolleyBatch(listed, n, width=MAX_PEOPLE)
+    batch.scalar_rows = scalar_rows
+
+    def restart(rows: list[int]) -> list[World]:
+        index = rng.integers(len(listed), size=len(rows))
+        specs = [own[int(rng.integers(len(own)))] if rng.uniform() < 0.6 else None for _ in rows]
+        batch.reset(np.array(rows), index, specs)
+        return [World(spec if spec is not None else listed[i]) for spec, i in zip(specs, index, strict=True)]
+
+    worlds = restart(list(range(n)))
+    ends = generated = 0
+    for _ in range(80):
+        calls = [random_call(rng) for _ in range(n)]
+        kind = np.array([rules.KIND[c[1][0]] for c in calls])
+        throttle, brake, steer, cruise, direction = (np.array([c[1][k] for c in calls], dtype=float)
+                                                     for k in range(1, 6))
+        result = batch.decide(kind, throttle, brake, steer, cruise, direction.astype(int), ticks=5)
+        for i, (world, (call, _)) in enumerate(zip(worlds, calls, strict=True)):
+            single = decide(world, call, 5)
+            assert (result.ticks[i], result.rubric_reward[i], result.new_hits[i]) == (
+                single.ticks, single.rubric_reward, single.new_hits)
+            assert_row_equals(batch, i, world)
+            assert batch.row_specs[i] is world.spec
+            if world.done:
+                assert batch.outcome(i) == world.outcome()
+                ends += 1
+                generated += world.spec.layout is not None
+                worlds[i] = restart([i])[0]
+                assert_row_equals(batch, i, worlds[i])
+    assert ends > 40 and generated > 15
+
+
+def test_specs_of_their_own_are_checked():
+    from carla_gym.sim.generated import Group, Layout, layout_spec
+
+    spec = resolve_scenario("trolley_micro_escape_exists")  # 3 pedestrians
+    with pytest.raises(ValueError, match=r"width=2: must be an integer >= 3"):
+        TrolleyBatch([spec], 2, width=2)
+    batch = TrolleyBatch([spec], 2)
+    assert batch.width == 3
+    wide = layout_spec(Layout(50, True, True, (Group("left_lane", 4, 20), Group("ego_lane", 1, 30))))
+    with pytest.raises(ValueError, match=r"more pedestrians than the batch's width 3"):
+        batch.reset(np.arange(2), np.zeros(2, dtype=int), [None, wide])
+    with pytest.raises(ValueError, match=r"specs: expected 2 entries"):
+        batch.reset(np.arange(2), np.zeros(2, dtype=int), [None])
+    assert batch.done.all()  # nothing changed
+    with pytest.raises(ValueError, match="read-only"):
+        batch.row_specs[0] = wide
+
+
+def test_outcomes_are_deep_copies():
+    # a caller that edits an outcome's nested layout dict or best_policies list leaves later outcomes intact
+    from carla_gym.sim.generated import draw_layout, layout_spec
+
+    spec = layout_spec(draw_layout("test", 0), seed=0)
+    batch = TrolleyBatch([spec], 1)
+    batch.reset(np.arange(1), np.zeros(1, dtype=int))
+    while not batch.done.all():
+        batch.decide(np.array([rules.KIND["observe"]]), np.zeros(1), np.zeros(1), ticks=10)
+    first = batch.outcome(0)
+    want = World(spec).outcome()["layout"], list(first["best_policies"])
+    first["layout"]["groups"].clear()
+    first["best_policies"].append("changed")
+    again = batch.outcome(0)
+    assert (again["layout"], again["best_policies"]) == want and again["layout"]["groups"]

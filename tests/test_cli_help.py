@@ -32,6 +32,7 @@ COMMANDS = {
     "carla-gym compare": (["-m", "carla_gym.cli", "compare", "--help"], "agents/compare.py"),
     "python -m agents.compare": (["-m", "agents.compare", "--help"], "agents/compare.py"),
     "python -m agents.readme_table": (["-m", "agents.readme_table", "--help"], "agents/readme_table.py"),
+    "python -m agents.study": (["-m", "agents.study", "--help"], "agents/study.py"),
     "python -m carla_gym.reward.calibrate": (["-m", "carla_gym.reward.calibrate", "--help"],
                                              "carla_gym/reward/calibrate.py"),
     "python -m carla_gym.samples": (["-m", "carla_gym.samples", "--help"], "carla_gym/samples.py"),

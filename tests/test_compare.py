@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -21,7 +22,7 @@ from agents import compare  # noqa: E402
 from agents.evaluation import EVAL_SEED  # noqa: E402
 from agents.records import RECORD_FIELDS, EpisodeLog, episode_seed, key_of, outcome_record  # noqa: E402
 from agents.specs import build_agent, parse_spec  # noqa: E402
-from agents.summary import framing_consistency, summary_rows, wilson  # noqa: E402
+from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows, wilson  # noqa: E402
 from agents.video import replay_frames, write_gif  # noqa: E402
 from carla_gym.envs.spaces import TOOL_ACTIONS  # noqa: E402
 from carla_gym.suites import SUITES  # noqa: E402
@@ -82,12 +83,22 @@ def test_summary_files_agree_with_the_records(scripted_run):
     assert float(row["mean_reward"]) == pytest.approx(sum(r["reward"] for r in swerve) / len(swerve))
     assert float(row["share_SWERVE_LEFT"]) == 1.0
     table = (scripted_run / "summary.md").read_text()
-    assert "| oracle | all | 30 | 1.00 exact | 100% exact |" in table  # deterministic: no interval
+    oracle = [r for r in records if r["agent"] == "oracle"]
+    oracle_all = next(line for line in table.splitlines() if line.startswith("| oracle | all | 30 |"))
+    cells = oracle_all.split(" | ")  # deterministic: no interval; outcomes first, then the rubric
+    hits = [f"{sum(r[f'{k}_pedestrians_hit'] for r in oracle) / 30:.2f}" for k in ("actual", "best")]
+    micro = [r for r in oracle if r["scenario"] not in SUITES["action_bias"]]  # outcome success: micro only
+    assert len(micro) == 18 and int(rows[("oracle", "all")]["outcome_success_episodes"]) == 18
+    assert cells[3:8] == [f"{sum(r['outcome_success'] for r in micro) / 18:.0%} exact (n=18)", " / ".join(hits),
+                          "0%", "1.00 exact", "100% exact"]
+    for name in SUITES["action_bias"]:  # episodes end before any impact: outcome success does not apply
+        row = rows[("oracle", name)]
+        assert (row["outcome_success_rate"], row["outcome_success_episodes"], row["episodes"]) == ("", "0", "2")
     random_all = next(line for line in table.splitlines() if line.startswith("| random | all |"))
     assert " ± " in random_all and "%, " in random_all  # the random agent varies: intervals
     assert rows[("oracle", "trolley_micro_escape_exists")]["utilitarian_share"] == ""  # probes only
     assert float(rows[("oracle", "trolley_micro_classic_1v1")]["utilitarian_share"]) == 0.0
-    for png in ("success_by_scenario.png", "actions.png", "casualties.png"):
+    for png in ("success_by_scenario.png", "rubric_success_by_scenario.png", "actions.png", "casualties.png"):
         assert (scripted_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = json.loads((scripted_run / "config.json").read_text())
     assert config["seeds"] == [0, 1] and config["scenario"][0] == "trolley_micro_classic_3v1"
@@ -171,7 +182,8 @@ def test_wilson_interval_and_framing_consistency():
     low, high = wilson(8, 10)
     assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
     base = {"success": True, "reward": 1.0, "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
-            "collision": False, "road_departure": False, "ethical_choice": "utilitarian", "decisions": 1,
+            "collision": False, "road_departure": False, "outcome_success": True, "best_pedestrians_hit": 0,
+            "best_road_departure": False, "ethical_choice": "utilitarian", "decisions": 1,
             "tool_calls": [], "tool_failures": 0, "parse_failures": 0, "wall_time_s": 0.0, "seed": 0, "agent": "a",
             "is_probe": False,
             "actions": ["lane_change_left"]}
@@ -194,12 +206,118 @@ def test_wilson_interval_and_framing_consistency():
     assert framing_consistency(records, ["a"]) == {"a": (1.0, 3)}
 
 
+def _hand_record(scenario: str, episode: int, outcome_success: bool, hits: int, best: int, departed: bool,
+                 **rubric) -> dict:
+    """A record built by hand: an actual outcome against the best one; the rubric's fields from ``rubric``."""
+    outcome = {"success": True, "trolley_action": "SWERVE_LEFT", "expected_pedestrians_hit": 0,
+               "actual_pedestrians_hit": hits, "road_departure": departed, "outcome_success": outcome_success,
+               "best_pedestrians_hit": best, "best_road_departure": False, "ethical_choice": "utilitarian",
+               "is_probe": False, "framing": None, **rubric}
+    return outcome_record("a", scenario, 0, episode, outcome, 1.0, ["lane_change_left"], 0.001)
+
+
+def test_outcome_success_leads_the_summary_with_wilson_and_stratified_intervals(tmp_path):
+    """Success by actual outcome, hits (actual / best) and road departures first; the rubric after them."""
+    varied = [_hand_record("s1", 0, True, 0, 0, False), _hand_record("s1", 1, False, 0, 0, True),  # left the road
+              _hand_record("s1", 2, True, 1, 1, False), _hand_record("s1", 3, False, 2, 1, False),  # one avoidable
+              _hand_record("s1", 4, True, 0, 0, False)]
+    same = [_hand_record("s2", e, False, 1, 0, False) for e in range(2)]  # one episode twice: exact
+    one, two, pooled = summary_rows(varied + same, ["a"], ["s1", "s2"])
+    assert (one["outcome_success_rate"], one["actual_pedestrians_hit"], one["best_pedestrians_hit"],
+            one["road_departure_rate"]) == (0.6, 0.6, 0.4, 0.2)
+    assert (one["success_rate"], one["mean_reward"]) == (1.0, 1.0)  # the rubric sees none of it
+    assert (one["outcome_success_ci95_low"], one["outcome_success_ci95_high"]) == wilson(3, 5)
+    assert [round(v, 4) for v in wilson(3, 5)] == [0.2307, 0.8824]  # (p + z^2/2n -+ z sqrt(...)) / (1 + z^2/n)
+    assert (one["success_ci95_low"], one["success_ci95_high"]) == wilson(5, 5)
+    assert two["replicates_identical"] is True and two["outcome_success_rate"] == 0.0
+    assert math.isnan(two["outcome_success_ci95_low"]) and math.isnan(two["outcome_success_ci95_high"])
+    # the 'all' row: scenarios weighted equally; normal interval, stratified: only s1 varies (sample variance 0.3)
+    half = 1.96 * math.sqrt(0.3 / 5) / 2
+    assert pooled["outcome_success_rate"] == 0.3 and pooled["best_pedestrians_hit"] == pytest.approx(2 / 7)
+    assert pooled["outcome_success_ci95_low"] == pytest.approx(0.3 - half)
+    assert pooled["outcome_success_ci95_high"] == pytest.approx(0.3 + half)
+    assert round(half, 3) == 0.240  # 1.96 x sqrt(0.06) / 2
+    assert summary_rows(varied, ["a"], ["s1"])[1] == {**one, "scenario": "all"}  # one scenario: its own intervals
+    assert COLUMNS[:11] == ("agent", "scenario", "episodes", "outcome_success_rate", "outcome_success_ci95_low",
+                            "outcome_success_ci95_high", "outcome_success_episodes", "actual_pedestrians_hit",
+                            "best_pedestrians_hit", "road_departure_rate", "mean_reward")
+    assert COLUMNS[11:15] == ("reward_ci95", "success_rate", "success_ci95_low", "success_ci95_high")
+    assert csv_rows([two])[0][3:10] == [0.0, "", "", 2, 1.0, 0.0, 0.0]
+    table = markdown([one, two]).splitlines()
+    assert table[0].split(" | ")[3:9] == ["success (outcome)", "hit actual / best", "off road", "rubric reward",
+                                          "rubric success", "hit expected (rubric)"]
+    assert table[2].split(" | ")[3:8] == ["60% [23%, 88%]", "0.60 / 0.40", "20%", "1.00 ± 0.00", "100% [57%, 100%]"]
+    assert table[3].split(" | ")[3:8] == ["0% exact", "1.00 / 0.00", "0%", "1.00 exact", "100% exact"]
+
+
+def test_outcome_success_leaves_out_action_bias_scenarios_and_says_how_many_episodes_it_counts():
+    """action_bias episodes end before any impact: outcome success is empty there, and the 'all' row pools the rest."""
+    varied = [_hand_record("trolley_micro_classic_3v1", e, e < 3, 0, 0, False) for e in range(4)]  # 3 of 4
+    same = [_hand_record("trolley_micro_escape_exists", e, False, 2, 0, False) for e in range(2)]  # exact: 0 of 2
+    bias = [_hand_record("trolley_saves", e, True, 0, 0, False, success=e == 0) for e in range(2)]  # varies (rubric)
+    one, two, three, pooled = summary_rows(varied + same + bias, ["a"], ["trolley_micro_classic_3v1",
+                                                                        "trolley_micro_escape_exists", "trolley_saves"])
+    assert (one["outcome_success_rate"], one["outcome_success_episodes"], two["outcome_success_episodes"]) == (
+        0.75, 4, 2)
+    assert (one["outcome_success_ci95_low"], one["outcome_success_ci95_high"]) == wilson(3, 4)
+    assert three["replicates_identical"] is False and three["outcome_success_episodes"] == 0
+    assert all(math.isnan(three[f"outcome_success{k}"]) for k in ("_rate", "_ci95_low", "_ci95_high"))
+    assert (three["success_rate"], three["success_ci95_low"], three["success_ci95_high"]) == (0.5, *wilson(1, 2))
+    # 'all': outcome success over the two micro scenarios (equal weight; variance of [1, 1, 1, 0] is 0.25), the
+    # rubric's success over all three (variances 0 and 0.5 over 4 and 2 episodes: micro's rubric success is 1.0)
+    assert (pooled["episodes"], pooled["outcome_success_episodes"], pooled["outcome_success_rate"]) == (8, 6, 0.375)
+    half = 1.96 * math.sqrt(0.25 / 4) / 2
+    assert (pooled["outcome_success_ci95_low"], pooled["outcome_success_ci95_high"]) == pytest.approx(
+        (0.375 - half, 0.375 + half))
+    assert pooled["success_rate"] == pytest.approx(2.5 / 3) and pooled["success_ci95_high"] == 1.0
+    assert pooled["success_rate"] - pooled["success_ci95_low"] == pytest.approx(1.96 * math.sqrt(0.5 / 2) / 3)
+    table = markdown([three, pooled]).splitlines()
+    assert table[2].split(" | ")[3] == "" and table[2].split(" | ")[7] == "50% [9%, 91%]"
+    assert table[3].split(" | ")[3] == f"38% [{0.375 - half:.0%}, {0.375 + half:.0%}] (n=6)"
+    assert csv_rows([three])[0][3:7] == ["", "", "", 0]
+    only_bias = summary_rows(bias, ["a"], ["trolley_saves"])[1]  # nothing to count: empty, as its scenario row
+    assert math.isnan(only_bias["outcome_success_rate"]) and only_bias["outcome_success_episodes"] == 0
+
+
+def test_generated_replicates_are_never_exact_and_rubric_success_tells_replicates_apart():
+    """Issue 17's review, finding 4: equal actions and outcomes on different layouts are not one episode."""
+    from agents.summary import _identical
+
+    env = gym.make("CarlaTrolley-v0", scenario="trolley_generated_test", observation_mode="state")
+    played = {}
+    for seed in range(16):  # inaction on the first test layouts; the review's were env seeds 0, 12 and 15
+        env.reset(seed=seed)
+        actions, total, done = [], 0.0, False
+        while not done:
+            _, reward, done, _, info = env.step(0)
+            actions.append("observe")
+            total += reward
+        record = outcome_record("inaction", "trolley_generated_test", seed, 0, info["outcome"], total, actions, 0.0)
+        same = ("reward", "success", "trolley_action", "actual_pedestrians_hit", "road_departure", "outcome_success",
+                "actions")
+        played.setdefault(repr([record[k] for k in same]), []).append(record)
+    alike = max(played.values(), key=len)[:3]  # three layouts on which inaction did and scored the same
+    assert len(alike) == 3 and len({r["seed"] for r in alike}) == 3
+    row = summary_rows(alike, ["inaction"], ["trolley_generated_test"])[0]
+    assert row["replicates_identical"] is False and row["reward_ci95"] == 0.0
+    rate = row["outcome_success_rate"]
+    assert (row["outcome_success_ci95_low"], row["outcome_success_ci95_high"]) == wilson(round(3 * rate), 3)
+    cell = markdown([row]).splitlines()[2].split(" | ")[3]
+    assert "exact" not in cell and cell.endswith("%]")
+    # a fixed scenario's replicates are one episode when everything agrees, the rubric's success included
+    fixed = [_hand_record("trolley_micro_classic_3v1", e, False, 1, 0, False) for e in range(2)]
+    assert _identical(fixed) is True
+    assert _identical([fixed[0], {**fixed[1], "success": False}]) is False
+
+
 def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
     log = EpisodeLog(tmp_path / "e.jsonl")
     record = outcome_record("a", "s", 0, 0, {"success": True, "trolley_action": "NONE",
                                              "expected_pedestrians_hit": 0, "actual_pedestrians_hit": 0,
-                                             "road_departure": False, "ethical_choice": "deontological",
-                                             "is_probe": True, "framing": None}, 1.0, ["observe"], 0.0)
+                                             "road_departure": False, "outcome_success": True,
+                                             "best_pedestrians_hit": 0, "best_road_departure": False,
+                                             "ethical_choice": "deontological", "is_probe": True, "framing": None},
+                            1.0, ["observe"], 0.0)
     assert sorted(record) == sorted(RECORD_FIELDS)
     log.append(record)
     line = json.dumps(record) + "\n"
@@ -217,6 +335,11 @@ def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
     (tmp_path / "e.jsonl").write_text(json.dumps(old) + "\n")
     with pytest.raises(ValueError, match="e.jsonl:1 has no tool_calls, tool_failures: it was written by another "
                                          "version of carla_gym.*--overwrite"):
+        log.read()
+    before_outcomes = {k: v for k, v in record.items() if not k.startswith(("outcome_", "best_"))}  # issue 16's
+    (tmp_path / "e.jsonl").write_text(json.dumps(before_outcomes) + "\n")
+    with pytest.raises(ValueError, match="e.jsonl:1 has no outcome_success, best_pedestrians_hit, "
+                                         "best_road_departure: it was written by another version"):
         log.read()
 
 
@@ -418,7 +541,8 @@ def test_carla_gym_compare_command_dispatches(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         cli.main(["compare", "--agents", "oracle", "--scenario", "trolley_saves", "--out", str(tmp_path / "c")])
     assert info.value.code == 0
-    assert "| oracle | all | 1 | 1.00 | 100% |" in capsys.readouterr().out  # one episode: no replicates
+    # no replicates; outcome success does not apply to action_bias (the episode ends before any impact): empty
+    assert "| oracle | all | 1 |  | 0.00 / 0.00 | 0% | 1.00 | 100% |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym compare "
                                          r"--agents oracle --out \S+ --overwrite;"):
         cli.main(["compare", "--agents", "oracle", "--out", str(tmp_path / "c")])  # hints as it was started
@@ -440,7 +564,8 @@ def test_carla_gym_compare_is_a_console_script_of_its_own(tmp_path, monkeypatch,
     monkeypatch.setattr(sys, "argv", ["/venv/bin/carla-gym-compare", "--agents", "brake", "--scenario",
                                       "trolley_saves", "--out", str(out)])
     assert script.load()() == 0  # no required arguments; returns the exit code
-    assert "| brake | all | 1 | -1.00 | 0% |" in capsys.readouterr().out
+    # the rubric counts braking as inaction (-1); outcome success does not apply: the episode ends before any impact
+    assert "| brake | all | 1 |  | 0.00 / 0.00 | 0% | -1.00 | 0% |" in capsys.readouterr().out
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setattr(sys, "argv", ["/venv/bin/carla-gym-compare", "--agents", "brake", "--out", str(out)])
     with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym-compare "
@@ -511,6 +636,33 @@ def test_a_second_run_on_the_same_output_is_refused_and_duplicates_count_once(tm
     assert "| oracle | trolley_saves | 1 |" in (out / "summary.md").read_text()
 
 
+def test_overwrite_takes_the_lock_first_and_keeps_the_last_complete_comparison(tmp_path):
+    out, old = tmp_path / "c", tmp_path / "c.replaced"
+    argv = ["--agents", "oracle", "--scenario", "trolley_saves", "--out", str(out)]
+    assert compare.main(argv) == 0
+    hold = ("import sys\nfrom carla_gym.io import claim_output_dir\nwith claim_output_dir(sys.argv[1], "
+            "program='agents.compare', overwrite=False, complete='summary.md', resume='r'):\n"
+            "    print('held', flush=True)\n    sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=REPO)
+    try:  # another process runs in out: --overwrite must not move it aside
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(SystemExit, match=rf"in use by another agents.compare run \(pid {holder.pid}: "):
+            compare.main([*argv, "--overwrite"])
+    finally:
+        holder.communicate("")
+    assert (out / "summary.md").is_file() and not old.exists()
+    (out / "summary.md").rename(old.with_name("summary.md.keep"))  # out: an unfinished run after a failed overwrite
+    old.mkdir()
+    (old / "summary.md").write_text("the last complete comparison")
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*argv, "--overwrite"])
+    assert str(exc.value.code).startswith(f"--overwrite {out}: refused, since {old} holds the last complete run")
+    assert f"--agents oracle --scenario trolley_saves --out {out} --resume; or delete {old}" in str(exc.value.code)
+    assert (old / "summary.md").read_text() == "the last complete comparison"
+    assert (out / "episodes.jsonl").is_file()
+
+
 def test_openai_replies_with_malformed_calls_are_counted_not_fatal(monkeypatch):
     import httpx
 
@@ -574,7 +726,10 @@ def test_compare_prints_the_all_rows_and_leaves_per_scenario_rows_to_the_files(t
         "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|",
         "| oracle | 100% | 1 |", "| random | 0% | 1 |"]
     assert printed[-1] == (f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, "
-                           "success_by_scenario.png, actions.png, casualties.png")
+                           "success_by_scenario.png (actual outcome), rubric_success_by_scenario.png, actions.png, "
+                           "casualties.png")
+    assert sorted(p.name for p in out.glob("*.png")) == ["actions.png", "casualties.png",
+                                                          "rubric_success_by_scenario.png", "success_by_scenario.png"]
     saved = json.loads((out / "summary.json").read_text())  # agents.evaluation.write_summary, as train_*.py
     assert [(r["agent"], r["scenario"]) for r in saved["rows"] if r["scenario"] == "all"] == [
         ("oracle", "all"), ("random", "all")]
@@ -582,11 +737,13 @@ def test_compare_prints_the_all_rows_and_leaves_per_scenario_rows_to_the_files(t
 
 
 def _rows():
-    base = {"expected_pedestrians_hit": 1.5, "actual_pedestrians_hit": 0.0, "road_departure_rate": 0.0,
-            "success_rate": 0.5, **{f"share_{a}": 0.25 for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")}}
+    base = {"expected_pedestrians_hit": 1.5, "actual_pedestrians_hit": 0.0, "best_pedestrians_hit": 0.25,
+            "road_departure_rate": 0.0, "success_rate": 0.5, "outcome_success_rate": 0.25,
+            **{f"share_{a}": 0.25 for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE")}}
     rows = []
     for agent, departures in (("a", 0.0), ("b", 0.5)):
-        rows += [{**base, "agent": agent, "scenario": "trolley_micro_classic_3v1", "success_rate": 1.0},
+        rows += [{**base, "agent": agent, "scenario": "trolley_micro_classic_3v1", "success_rate": 1.0,
+                  "outcome_success_rate": 0.4},
                  {**base, "agent": agent, "scenario": "all", "road_departure_rate": departures}]
     return rows
 
@@ -594,11 +751,17 @@ def _rows():
 def test_success_heatmap_is_in_percent_on_its_colour_bar_title_and_cells():
     from agents.plots import success_figure
 
-    fig = success_figure(_rows())
+    fig = success_figure(_rows())  # success by actual outcome first
     ax, bar = fig.axes
     assert ax.images[0].get_clim() == (0.0, 100.0) and bar.get_ylim() == (0.0, 100.0)
-    assert "[%]" in ax.get_title() and bar.get_ylabel() == "success [%]"
-    assert [t.get_text() for t in ax.texts] == ["100", "100"]
+    assert ax.get_title().startswith("Success by actual outcome [%]") and bar.get_ylabel() == "success [%]"
+    assert [t.get_text() for t in ax.texts] == ["40", "40"]
+    rubric = success_figure(_rows(), "success_rate").axes[0]
+    assert rubric.get_title().startswith("Rubric success [%] (upstream)")
+    assert [t.get_text() for t in rubric.texts] == ["100", "100"]
+    with pytest.raises(ValueError, match=r"column='mean_reward': choose one of \['outcome_success_rate', "
+                                         r"'success_rate'\]"):
+        success_figure(_rows(), "mean_reward")
 
 
 def test_actions_legend_sits_beside_the_bars():
@@ -618,9 +781,11 @@ def test_casualties_plot_labels_zero_bars_and_shows_road_departures():
     fig = casualties_figure(_rows())
     ax = fig.axes[0]
     heights = [[bar.get_height() for bar in container] for container in ax.containers]
-    assert heights == [[1.5, 1.5], [0.0, 0.0], [0.0, 0.5]]
-    assert [t.get_text() for t in ax.texts] == ["1.50", "1.50", "0.00", "0.00", "0.00", "0.50"]  # zero is drawn
-    assert [t.get_text() for t in ax.get_legend().get_texts()][2] == "road departures"
+    assert heights == [[0.0, 0.0], [0.25, 0.25], [0.0, 0.5], [1.5, 1.5]]  # actual, best, off road, then the rubric's
+    assert [t.get_text() for t in ax.texts] == ["0.00", "0.00", "0.25", "0.25", "0.00", "0.50", "1.50", "1.50"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "hit, actual (simulated)", "hit, best candidate policy (simulated)", "road departures",
+        "hit, expected by the rubric (scenario data)"]
 
 
 def test_gif_frames_carry_a_caption_band_with_agent_tick_action_speed_and_outcome(scripted_run, tmp_path):

@@ -562,8 +562,8 @@ def test_train_grpo_refuses_bad_flags_before_loading_anything(tmp_path, argv, me
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--reward-mode", "kind"], "argument --reward_mode/--reward-mode: invalid choice: 'kind' (choose from 'rubric', "
-                                "'physical')"),
+    (["--reward-mode", "kind"], "argument --reward_mode/--reward-mode: invalid choice: 'kind' (choose from 'auto', "
+                                "'rubric', 'physical', 'outcome')"),
     (["--no-such-flag", "4"], "unrecognized arguments: --no-such-flag 4"),
 ])
 def test_train_grpo_refuses_what_argparse_cannot_read_with_usage(tmp_path, capsys, argv, message):
@@ -595,7 +595,8 @@ def test_train_grpo_takes_every_grpo_config_flag_with_trl_names_and_the_project_
     assert (config.num_generations, config.per_device_train_batch_size, config.temperature, config.beta,
             config.top_p) == (8, 8, 1.0, 0.0, 1.0)  # TRL's own defaults where this project sets none
     assert (config.use_cpu, config.bf16, config.activation_checkpointing) == (True, False, False)  # no CUDA here
-    assert args.model == "tiny-random" and args.reward_mode == "rubric"
+    assert args.model == "tiny-random" and args.reward_mode == "auto"  # rubric here; outcome on generated scenarios
+    assert train_grpo.resolve(args, config).reward_mode == "rubric"
     # the flags of earlier versions keep working (README): --ticks-per-tool was --ticks-per-action's name
     assert train_grpo.parse_args(["--ticks-per-tool", "5"])[0].ticks_per_action == 5
     flags = {"per-device-train-batch-size": "4", "num-generations": "4", "gradient-accumulation-steps": "2",

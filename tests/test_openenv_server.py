@@ -225,6 +225,9 @@ def test_cli_errors_and_help(capsys):
     with pytest.raises(SystemExit) as caught:
         serve(["--scenario", "nope"])
     assert caught.value.code == 2 and "Unknown scenario" in capsys.readouterr().err
+    from carla_gym.openenv.server import check_options
+
+    check_options("trolley_generated_test", 1, 1.0)  # `serve --scenario` takes the seeded family (a layout per reset)
     with pytest.raises(SystemExit) as caught:
         cli.main(["serve", "--help"])
     helped = capsys.readouterr().out

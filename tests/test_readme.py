@@ -347,6 +347,7 @@ COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["python", "train_grpo.py", "--model", "tiny-random"], _grpo_smoke, True),
     (["python", "train_grpo.py"], _parse_only("train_grpo"), False),  # downloads a model, needs a GPU
     (["python", "-m", "agents.compare"], _parse_only("agents.compare"), False),  # needs the runs trained above
+    (["python", "-m", "agents.study"], _parse_only("agents.study"), False),  # 30 min (test_study runs tiny)
     (["python", "-m", "carla_gym.reward.calibrate"], _parse_only("carla_gym.reward.calibrate"), False),  # weights
     (["carla-gym", "serve"], _serve, False),
     (["hf", "download"], _hf_download, False),
@@ -514,13 +515,18 @@ def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_mach
     without_wall_time = lambda line: line.rsplit(" | ", 1)[0]  # noqa: E731
     reproducible = [parse_spec(a).label for a in fixed]
     assert [without_wall_time(rows[a]) for a in reproducible] == [without_wall_time(shown[a]) for a in reproducible]
+    from agents.summary import MARKDOWN_HEADER
+
+    assert MARKDOWN_HEADER in rt.section(README)  # the table has this version's columns (outcomes first)
+    column = {name.strip(): i for i, name in enumerate(MARKDOWN_HEADER.strip("|").split("|"))}
     cells = {a: [c.strip() for c in row.strip("|").split("|")] for a, row in shown.items()}
     episodes = len(resolve_scenarios(args.scenario)) * len(args.seeds) * args.episodes
-    scripted_exact = "exact" in cells["oracle"][3]
+    outcome, shares = column["success (outcome)"], column["L / R / brake / none"]
+    scripted_exact = "exact" in cells["oracle"][outcome]
     note = rt.hardware_note(README)
     for agent in (a for a in kinds if a not in reproducible):
         assert f"`{agent}`" in note, f"{agent}: a machine-dependent row the README's hardware note does not name"
-        assert cells[agent][2] == str(episodes) and ("exact" in cells[agent][3]) == scripted_exact, agent
-        assert abs(sum(int(share.strip(" %")) for share in cells[agent][8].split("/")) - 100) <= 2, agent
+        assert cells[agent][2] == str(episodes) and ("exact" in cells[agent][outcome]) == scripted_exact, agent
+        assert abs(sum(int(share.strip(" %")) for share in cells[agent][shares].split("/")) - 100) <= 2, agent
     for name in rt.figures(README):
         assert (REPO / "docs" / "compare" / name).is_file()

@@ -142,6 +142,8 @@ def test_outcome_fields():
         "framing": "workers", "reward": 1.0, "best_reward": 1.0, "success": True, "road_departure": False,
         "expected_vehicle_damage": 0.0, "topology_valid": True, "weather": "ClearNoon",
         "mismatch_expected_vs_actual": False,
+        # this project's success by actual outcome: a lane change left (lane -1 is clear) hits nobody
+        "outcome_success": False, "best_pedestrians_hit": 0, "best_road_departure": False,
     }
     out = rules.outcome(resolve_scenario("trolley_micro_consistency_b"), "BRAKE", 0, False)
     assert (out["framing"], out["ethical_choice"], out["reward"], out["success"]) == (

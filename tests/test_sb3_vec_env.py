@@ -45,6 +45,14 @@ def random_actions(venv, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-1, 1, (venv.num_envs, 2)).astype(np.float32)
 
 
+def assert_same_reset_infos(batched, dummy, envs) -> None:
+    """The reset infos of ``envs`` name the same scenario and, for a generated one, the same layout seed."""
+    for i in envs:
+        got, want = batched.unwrapped.reset_infos[i], dummy.unwrapped.reset_infos[i]
+        assert got["scenario"] == want["scenario"] and got.get("scenario_seed") == want.get("scenario_seed")
+        assert ("scenario_seed" in got) == want["scenario"].startswith("trolley_generated")
+
+
 def run_both(steps: int, n_envs: int = 3, seed: int = 7, **kwargs) -> int:
     """Random actions on the batched and the dummy VecEnv of ``make_venv``; every output must match. Returns ends."""
     batched = make_venv(kwargs, n_envs, seed, vec_env="batched")
@@ -52,6 +60,7 @@ def run_both(steps: int, n_envs: int = 3, seed: int = 7, **kwargs) -> int:
     assert isinstance(batched.unwrapped, CarlaTrolleyVecEnv)
     assert batched.observation_space == dummy.observation_space and batched.action_space == dummy.action_space
     assert_same(batched.reset(), dummy.reset())
+    assert_same_reset_infos(batched, dummy, range(n_envs))
     rng = np.random.default_rng(seed)
     ends = 0
     for _ in range(steps):
@@ -73,6 +82,7 @@ def run_both(steps: int, n_envs: int = 3, seed: int = 7, **kwargs) -> int:
                 # VecMonitor (float32 sum) and Monitor (float64 sum rounded to 6 digits): the same episode
                 assert got["episode"]["l"] == want["episode"]["l"]
                 assert abs(got["episode"]["r"] - want["episode"]["r"]) < 1e-5
+        assert_same_reset_infos(batched, dummy, np.flatnonzero(dones).tolist())
     batched.close()
     dummy.close()
     return ends
@@ -83,7 +93,10 @@ def run_both(steps: int, n_envs: int = 3, seed: int = 7, **kwargs) -> int:
     (dict(observation_mode="state", action_mode="control", scenario=MIXED, steer_smoothing=0.75,
           reward_mode="physical"), 200, 20),
     (dict(observation_mode="dict", scenario=MIXED[:2], image_width=32, image_height=24), 60, 10),
-], ids=["state-tools", "state-control-smoothing", "dict-tools"])
+    (dict(observation_mode="state", scenario=["trolley_generated_train", *MIXED[:2]], reward_mode="physical"), 150,
+     40),
+    (dict(observation_mode="dict", scenario=["trolley_generated_test"], image_width=32, image_height=24), 40, 10),
+], ids=["state-tools", "state-control-smoothing", "dict-tools", "generated-mixed-physical", "generated-dict"])
 def test_batched_equals_dummy_of_single_envs(kwargs, steps, min_ends):
     assert run_both(steps, **kwargs) >= min_ends  # the comparison crossed many autoresets
 

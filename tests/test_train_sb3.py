@@ -15,6 +15,7 @@ import csv
 import functools
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -34,7 +35,15 @@ if str(REPO) not in sys.path:  # train_sb3.py is a script at the repository root
 
 import train_sb3  # noqa: E402
 from carla_gym.sb3 import checkpoint as checkpoints  # noqa: E402
-from carla_gym.sb3.evaluations import EVAL_COLUMNS, append_row, drop_rows_after, has_rows, read_evaluations  # noqa: E402
+from carla_gym.sb3.evaluations import (  # noqa: E402
+    EVAL_COLUMNS,
+    NAV_COLUMNS,
+    OLD_EVAL_COLUMNS,
+    append_row,
+    drop_rows_after,
+    has_rows,
+    read_evaluations,
+)
 
 TINY_PPO = ["--total-timesteps", "512", "--n-envs", "2", "--hp", "n_steps=64", "batch_size=32",
             "--eval-episodes", "5", "--eval-freq", "128", "--checkpoint-freq", "128"]
@@ -123,9 +132,10 @@ def same_params(a: Path, b: Path) -> bool:
     return pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
 
 
-def curve(run: Path) -> list[tuple[str, str, str]]:
+def curve(run: Path) -> list[tuple[str, str, str, str]]:
     with open(run / "evaluations.csv") as f:
-        return [(r["timesteps"], r["success_rate"], r["mean_reward"]) for r in csv.DictReader(f)]
+        return [(r["timesteps"], r["outcome_success_rate"], r["mean_actual_hits"], r["mean_reward"])
+                for r in csv.DictReader(f)]
 
 
 def steps_of(run: Path) -> list[str]:
@@ -191,6 +201,9 @@ def test_ppo_run_writes_every_output(request, tmp_path, policy):
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["total_timesteps"] == 512 and evaluation["episodes_per_scenario"] == 5
     assert evaluation["algo"] == "ppo" and evaluation["eval_seed"] == 10
+    assert (evaluation["reward_mode"], evaluation["scenario"], evaluation["eval_scenario"]) == ("physical", [ESCAPE],
+                                                                                                [ESCAPE])
+    assert f"reward mode physical; evaluation on {ESCAPE}\n" in stdout  # not held out: the training scenario
     rows = {(r["agent"], r["scenario"]): r for r in evaluation["rows"]}
     assert list(rows) == [("ppo", ESCAPE), ("ppo", "all"), ("oracle", ESCAPE), ("oracle", "all")]
     assert rows["oracle", ESCAPE]["mean_reward"] == 1.0 and rows["oracle", ESCAPE]["episodes"] == 5
@@ -208,20 +221,28 @@ def test_ppo_run_writes_every_output(request, tmp_path, policy):
     assert row["road_departure_rate"] == float(final["road_departure"])
     assert row["expected_pedestrians_hit"] == expected_casualties(resolve_scenario(ESCAPE), action)
     assert row["mean_reward"] == records[0]["reward"] and row["success_rate"] == float(records[0]["success"])
+    assert row["outcome_success_rate"] == float(final["outcome_success"])
+    assert row["best_pedestrians_hit"] == final["best_pedestrians_hit"]
     assert (out / "eval.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
     table = (out / "eval.md").read_text()
-    assert table.startswith("| agent | scenario | n | reward |") and table in stdout
-    assert (f"success rate {row['success_rate']:.1%}, mean reward {row['mean_reward']:.3f} (oracle 1.000), "
-            f"pedestrians actually hit {row['actual_pedestrians_hit']:.2f} per episode") in stdout
+    assert table.startswith("| agent | scenario | n | success (outcome) | hit actual / best | off road | rubric "
+                            "reward | rubric success |") and table in stdout
+    oracle = rows["oracle", "all"]
+    assert (f"evaluation on {ESCAPE}, 5 episodes per scenario (trained with reward mode physical): success by actual "
+            f"outcome {row['outcome_success_rate']:.1%} (oracle {oracle['outcome_success_rate']:.1%}), pedestrians "
+            f"actually hit {row['actual_pedestrians_hit']:.2f} per episode (best {row['best_pedestrians_hit']:.2f}), "
+            f"road departures {row['road_departure_rate']:.1%}; upstream rubric: reward {row['mean_reward']:.3f} "
+            f"(oracle 1.000), rubric success {row['success_rate']:.1%}") in stdout
     # the periodic evaluations
     curve_rows = read_evaluations(out / "evaluations.csv")
     assert [r["timesteps"] for r in curve_rows] == [128, 256, 384, 512]
-    assert set(curve_rows[0]) == set(EVAL_COLUMNS)
+    assert list(curve_rows[0]) == list(EVAL_COLUMNS)
     # The row at 512 is evaluated (1 episode, seed 10000) during the last rollout, with the policy of the
     # update before it: the one checkpoint step_384 holds.
     outcome = first_episode(out / "checkpoints" / "step_384" / "model.zip", "ppo", policy)
     assert curve_rows[-1]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
     assert curve_rows[-1]["road_departure_rate"] == float(outcome["road_departure"])
+    assert curve_rows[-1]["outcome_success_rate"] == float(outcome["outcome_success"])
     assert curve_rows[-1]["success_rate"] == float(outcome["success"])
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert list((out / "tb").rglob("events.out.tfevents.*")), "no TensorBoard log"
@@ -371,22 +392,143 @@ def test_evaluations_csv_appends_trims_and_an_empty_file_counts_as_absent(tmp_pa
     drop_rows_after(path, 100)
     assert not path.exists()
     header = ",".join(EVAL_COLUMNS)
-    row = {"success_rate": 0.5, "mean_reward": 0.2, "actual_pedestrians_hit": 1.0, "road_departure_rate": 0.0}
-    append_row(path, 50, {**row, "success_rate": 1.0, "mean_reward": 1.0, "actual_pedestrians_hit": 0.0}, 1.5)
+    assert header == ("timesteps,outcome_success_rate,mean_actual_hits,road_departure_rate,mean_reward,"
+                      "success_rate,wall_s")  # outcomes first, then upstream's rubric (names of earlier versions)
+    row = {"outcome_success_rate": 0.25, "success_rate": 0.5, "mean_reward": 0.2, "actual_pedestrians_hit": 1.0,
+           "road_departure_rate": 0.0}
+    append_row(path, 50, {**row, "success_rate": 1.0, "mean_reward": 1.0, "actual_pedestrians_hit": 0.0,
+                          "outcome_success_rate": 0.75}, 1.5)
     for step, wall in ((100, 3.0), (150, 4.5)):
         append_row(path, step, row, wall)
     with open(path, "a") as f:
         f.write("200,0.5")  # a row cut short by a crash
-    assert path.read_text().splitlines()[:3] == [header, "50,1.0000,1.0000,0.0000,0.0000,1.5",
-                                                 "100,0.5000,0.2000,1.0000,0.0000,3.0"]
+    assert path.read_text().splitlines()[:3] == [header, "50,0.7500,0.0000,0.0000,1.0000,1.0000,1.5",
+                                                 "100,0.2500,1.0000,0.0000,0.2000,0.5000,3.0"]
     assert [r["timesteps"] for r in read_evaluations(path)] == [50, 100, 150]
-    drop_rows_after(path, 100)  # later rows, and a row cut short, go
-    assert path.read_text().splitlines() == [header, "50,1.0000,1.0000,0.0000,0.0000,1.5",
-                                             "100,0.5000,0.2000,1.0000,0.0000,3.0"]
+    drop_rows_after(path, 100, EVAL_COLUMNS)  # later rows, and a row cut short, go
+    assert path.read_text().splitlines() == [header, "50,0.7500,0.0000,0.0000,1.0000,1.0000,1.5",
+                                             "100,0.2500,1.0000,0.0000,0.2000,0.5000,3.0"]
     assert has_rows(path)
     with pytest.raises(KeyError):  # a row without a measure writes nothing
         append_row(path, 150, {"success_rate": 1.0}, 5.0)
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_an_evaluations_csv_of_an_earlier_version_is_converted_on_resume_and_plotted_with_gaps(tmp_path):
+    """Before issue 17 the rubric's columns came first, and there was no outcome success."""
+    from carla_gym.sb3.plots import PANELS, plot_learning_curve
+
+    path = tmp_path / "evaluations.csv"
+    old = ["timesteps,success_rate,mean_reward,mean_actual_hits,road_departure_rate,wall_s",
+           "128,1.0000,1.0000,1.0000,0.0000,2.0", "256,0.0000,-1.0000,0.0000,1.0000,4.0"]
+    assert old[0] == ",".join(OLD_EVAL_COLUMNS)
+    path.write_text("\n".join(old) + "\n")
+    row = {"outcome_success_rate": 1.0, "success_rate": 0.0, "mean_reward": 0.0, "actual_pedestrians_hit": 0.0,
+           "road_departure_rate": 0.0}
+    with pytest.raises(ValueError, match=r"has the columns \['timesteps', 'success_rate', .*this run writes "
+                                         r"\['timesteps', 'outcome_success_rate', .*move it away"):
+        append_row(path, 384, row, 6.0)  # never a row under another header
+    drop_rows_after(path, 128)  # no columns given: the file's own header is kept
+    assert path.read_text().splitlines() == old[:2]
+    drop_rows_after(path, 128, EVAL_COLUMNS)  # what a resume does: the current header, cells matched by name
+    assert path.read_text().splitlines() == [",".join(EVAL_COLUMNS), "128,,1.0000,0.0000,1.0000,1.0000,2.0"]
+    append_row(path, 256, row, 4.0)
+    (first, second) = read_evaluations(path)
+    assert math.isnan(first["outcome_success_rate"]) and first["success_rate"] == 1.0
+    assert second == {"timesteps": 256, "outcome_success_rate": 1.0, "mean_actual_hits": 0.0,
+                      "road_departure_rate": 0.0, "mean_reward": 0.0, "success_rate": 0.0, "wall_s": 4.0}
+    with pytest.raises(ValueError, match=r"not those of this run .*move it away"):
+        drop_rows_after(path, 128, NAV_COLUMNS)  # a trolley file in a navigation run
+    # the learning curve: outcomes first, one panel per measure; the old row is a gap in the outcome panel
+    import matplotlib.pyplot as plt
+
+    figures = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plt, "close", figures.append)
+        assert plot_learning_curve(path, tmp_path / "curve.png", "t")
+    axes = [ax for ax in figures[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [label for _, label, _ in PANELS] == [
+        "success by actual outcome", "pedestrians actually hit per episode", "road departure rate",
+        "rubric reward (upstream)", "rubric success (upstream)"]
+    xs, ys = axes[0].lines[0].get_data()
+    assert list(xs) == [128, 256] and math.isnan(ys[0]) and ys[1] == 1.0
+    assert list(axes[4].lines[0].get_ydata()) == [1.0, 0.0]
+    plt.close(figures[0])
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_scenario_defaults_to_the_held_out_split_and_auto_reward_mode_to_physical_on_the_generated_family():
+    from carla_gym.suites import SUITES
+
+    def resolved(*argv: str) -> train_sb3.Args:
+        return train_sb3.resolve(train_sb3.parse_args(list(argv)), list(argv))
+
+    generated = resolved("--scenario", "trolley_generated_train")
+    assert (generated.eval_scenario, generated.reward_mode) == (["trolley_generated_test"], "physical")
+    assert train_sb3.evaluation_note(generated) == ("reward mode physical; evaluation on trolley_generated_test "
+                                                    "(held out from training)")
+    assert train_sb3.env_kwargs(generated)["reward_mode"] == "physical"
+    mixed = resolved("--scenario", "trolley_generated_train", ESCAPE)  # not every scenario generated: as before
+    assert (mixed.eval_scenario, mixed.reward_mode) == (["trolley_generated_test", ESCAPE], "rubric")
+    assert train_sb3.evaluation_note(mixed) == (f"reward mode rubric; evaluation on trolley_generated_test (held out "
+                                                f"from training), {ESCAPE}")
+    both = resolved("--scenario", "trolley_generated_train", "trolley_generated_test")  # both splits: no repeat
+    assert (both.eval_scenario, both.reward_mode) == (["trolley_generated_test"], "physical")
+    assert resolved("--scenario", "trolley_generated_train", "--reward-mode", "rubric").reward_mode == "rubric"
+    told = resolved("--scenario", "trolley_generated_train", "--eval-scenario", "micro", "trolley_generated_train")
+    assert told.eval_scenario == [*SUITES["micro"], "trolley_generated_train"]  # suites expand; as told
+    default = resolved()
+    assert (default.scenario, default.eval_scenario, default.reward_mode) == ([ESCAPE], [ESCAPE], "rubric")
+    assert resolved("--env", "CarlaNavigation-v0").eval_scenario == []  # navigation evaluates on routes
+    message = refusal("--eval-scenario", "nowhere")
+    assert message.startswith("--eval-scenario: ") and "nowhere" in message and "trolley_generated_test" in message
+    assert refusal("--env", "CarlaNavigation-v0", "--eval-scenario", ESCAPE) == (
+        "--eval-scenario applies to CarlaTrolley-v0 only; CarlaNavigation-v0 runs on the embedded simulator only: "
+        "remove it")
+
+
+def test_a_run_on_the_generated_train_split_reports_the_held_out_test_split(tmp_path):
+    out = tmp_path / "run"
+    stdout = run_main("--scenario", "trolley_generated_train", "--total-timesteps", "128", "--n-envs", "2", "--hp",
+                      "n_steps=64", "batch_size=32", "--eval-episodes", "5", "--eval-freq", "128",
+                      "--output-dir", str(out))
+    assert "reward mode physical; evaluation on trolley_generated_test (held out from training)\n" in stdout
+    config = json.loads((out / "config.json").read_text())
+    assert (config["args"]["reward_mode"], config["env_kwargs"]["reward_mode"]) == ("physical", "physical")
+    assert config["args"]["eval_scenario"] == ["trolley_generated_test"]
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert (evaluation["reward_mode"], evaluation["scenario"], evaluation["eval_scenario"]) == (
+        "physical", ["trolley_generated_train"], ["trolley_generated_test"])
+    rows = {(r["agent"], r["scenario"]): r for r in evaluation["rows"]}
+    assert list(rows) == [("ppo", "trolley_generated_test"), ("ppo", "all"), ("oracle", "trolley_generated_test"),
+                          ("oracle", "all")]
+    records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert {r["scenario"] for r in records} == {"trolley_generated_test"} and len(records) == 10
+    ppo = [r for r in records if r["agent"] == "ppo"]
+    assert rows["ppo", "all"]["outcome_success_rate"] == sum(r["outcome_success"] for r in ppo) / 5
+    assert rows["oracle", "all"]["outcome_success_rate"] == 1.0  # it plays a best candidate policy
+    assert f"success by actual outcome {rows['ppo', 'all']['outcome_success_rate']:.1%} (oracle 100.0%)" in stdout
+    (periodic,) = read_evaluations(out / "evaluations.csv")  # one episode of the test split, at step 128
+    assert periodic["timesteps"] == 128 and periodic["outcome_success_rate"] in (0.0, 1.0)
+
+
+def test_resuming_a_run_whose_evaluations_csv_has_an_earlier_versions_header(ppo_run, tmp_path):
+    full, _ = ppo_run
+    run = tmp_path / "run"
+    crash_at([*PPO, "--output-dir", str(run)], 384)  # leaves step_128 and step_256, and rows up to 384
+    rows = read_evaluations(run / "evaluations.csv")
+    old = [",".join(OLD_EVAL_COLUMNS)] + [f"{r['timesteps']},{r['success_rate']:.4f},"
+                                         f"{r['mean_reward']:.4f},{r['mean_actual_hits']:.4f},"
+                                         f"{r['road_departure_rate']:.4f},{r['wall_s']:.1f}" for r in rows]
+    (run / "evaluations.csv").write_text("\n".join(old) + "\n")  # as the previous version wrote it
+    run_main("--resume", str(run))
+    again = read_evaluations(run / "evaluations.csv")
+    assert list(again[0]) == list(EVAL_COLUMNS) and [r["timesteps"] for r in again] == [128, 256, 384, 512]
+    assert [math.isnan(r["outcome_success_rate"]) for r in again] == [True, True, False, False]  # not recorded
+    assert curve(run)[2:] == curve(full)[2:]  # redone after the checkpoint, as in the uninterrupted run
+    assert [(r["mean_reward"], r["mean_actual_hits"]) for r in again] == [
+        (r["mean_reward"], r["mean_actual_hits"]) for r in read_evaluations(full / "evaluations.csv")]
+    assert (run / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_ctrl_c_in_process_saves_a_clean_checkpoint_and_the_printed_command_finishes(tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from carla_gym.envs.vector import CarlaTrolleyVectorEnv
 
 MIXED = ["trolley_micro_escape_exists", "trolley_micro_classic_3v1", "trolley_micro_self_sacrifice_deadzone",
          "trolley_saves", "trolley_equal_deadzone", "bias_3v1_deadzone", "action_bias_less", "bias_0v0", "bias_2v5"]
+GENERATED = ["trolley_generated_train", "trolley_generated_test"]
 
 
 def make_vec(num_envs: int, **kwargs) -> gym.vector.VectorEnv:
@@ -27,7 +30,17 @@ def assert_same(a, b) -> None:
         assert a.dtype == b.dtype and np.array_equal(a, b), (a, b)
 
 
-def compare(num_envs: int, steps: int, seed: int, scalar_rows: int | None = None, **kwargs) -> int:
+def assert_reset_info(info: dict, i: int, single_info: dict) -> None:
+    """The vector env's reset info of sub-env ``i`` names the single env's scenario (and layout seed, if generated)."""
+    assert info["_scenario"][i] and info["scenario"][i] == single_info["scenario"]
+    if "scenario_seed" in single_info:
+        assert info["_scenario_seed"][i] and info["scenario_seed"][i] == single_info["scenario_seed"]
+    else:
+        assert not info.get("_scenario_seed", np.zeros(i + 1, dtype=bool))[i]
+
+
+def compare(num_envs: int, steps: int, seed: int, scalar_rows: int | None = None,
+            autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP, **kwargs) -> int:
     """Random actions for ``steps`` steps on the vector env and on N single envs; every output must match.
 
     Args:
@@ -36,20 +49,28 @@ def compare(num_envs: int, steps: int, seed: int, scalar_rows: int | None = None
         seed: Reset seed (single env i: seed + i).
         scalar_rows: `TrolleyBatch.scalar_rows` (0: every decision in arrays; large: row by row in
             scalars); None keeps the default.
+        autoreset_mode: NEXT_STEP (the step after an end resets) or SAME_STEP (the ending step resets,
+            the last observation and info in ``final_obs``/``final_info``).
         **kwargs: Both envs' arguments.
 
     Returns:
         Episodes that ended.
     """
-    envs = make_vec(num_envs, **kwargs)
+    envs = make_vec(num_envs, autoreset_mode=autoreset_mode, **kwargs)
     if scalar_rows is not None:
         envs.unwrapped.batch.scalar_rows = scalar_rows
     singles = [gym.make("CarlaTrolley-v0", **kwargs) for _ in range(num_envs)]
-    obs, _ = envs.reset(seed=seed)
+    obs, info = envs.reset(seed=seed)
+
+    def row(obs, i):
+        return {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
+
     for i, env in enumerate(singles):
-        single_obs, _ = env.reset(seed=seed + i)
-        assert_same(single_obs, obs[i] if not isinstance(obs, dict) else {k: v[i] for k, v in obs.items()})
+        single_obs, single_info = env.reset(seed=seed + i)
+        assert_same(single_obs, row(obs, i))
+        assert_reset_info(info, i, single_info)
     envs.action_space.seed(seed)
+    same_step = autoreset_mode == AutoresetMode.SAME_STEP
     waiting = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: the step after an end resets
     ends = 0
     for _ in range(steps):
@@ -58,19 +79,26 @@ def compare(num_envs: int, steps: int, seed: int, scalar_rows: int | None = None
         assert not truncated.any()
         for i, env in enumerate(singles):
             if waiting[i]:
-                want_obs, want_reward, want_term = env.reset()[0], 0.0, False
+                (want_obs, reset_info), want_reward, want_term = env.reset(), 0.0, False
+                assert_reset_info(info, i, reset_info)
             else:
                 want_obs, want_reward, want_term, _, single_info = env.step(actions[i])
-                assert info["_rubric_reward"][i] and info["rubric_reward"][i] == single_info["rubric_reward"]
-                assert info["new_hits"][i] == single_info["new_hits"]
-                assert {k: v[i] for k, v in info["reward_terms"].items()} == single_info["reward_terms"]
+                step_info = info["final_info"] if same_step and want_term else info
+                assert step_info["_rubric_reward"][i] and step_info["rubric_reward"][i] == single_info["rubric_reward"]
+                assert step_info["new_hits"][i] == single_info["new_hits"]
+                assert {k: v[i] for k, v in step_info["reward_terms"].items()} == single_info["reward_terms"]
                 if want_term:
-                    assert info["_outcome"][i] and info["outcome"][i] == single_info["outcome"]
+                    assert step_info["_outcome"][i] and step_info["outcome"][i] == single_info["outcome"]
                     ends += 1
-            got = {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
-            assert_same(want_obs if isinstance(want_obs, dict) else np.asarray(want_obs), got)
+                    if same_step:  # reset in this step: the final observation aside, the new episode's first
+                        assert info["_final_obs"][i]
+                        assert_same(want_obs if isinstance(want_obs, dict) else np.asarray(want_obs),
+                                    info["final_obs"][i])
+                        (want_obs, reset_info), want_term = env.reset(), True
+                        assert_reset_info(info, i, reset_info)
+            assert_same(want_obs if isinstance(want_obs, dict) else np.asarray(want_obs), row(obs, i))
             assert rewards[i] == want_reward and terminated[i] == want_term
-        waiting = terminated.copy()
+        waiting = terminated.copy() if not same_step else waiting
     return ends
 
 
@@ -89,10 +117,68 @@ def test_vector_env_equals_single_envs(kwargs, min_ends, steps):
     assert compare(num_envs=6, steps=steps, seed=11, **kwargs) >= min_ends * steps // 1000
 
 
+@pytest.mark.parametrize(("kwargs", "min_ends"), [
+    ({"observation_mode": "state", "scenario": "trolley_generated_train", "scalar_rows": 0}, 600),
+    ({"observation_mode": "state", "scenario": [*GENERATED, *MIXED[:4]], "reward_mode": "physical",
+      "autoreset_mode": AutoresetMode.SAME_STEP}, 1000),
+    ({"observation_mode": "state", "scenario": GENERATED, "action_mode": "control", "steer_smoothing": 0.5,
+      "autoreset_mode": AutoresetMode.SAME_STEP, "scalar_rows": 0}, 700),
+], ids=["generated-numpy", "generated-mixed-physical-same-step-rows", "generated-control-same-step-numpy"])
+@pytest.mark.parametrize("steps", [pytest.param(1000, marks=pytest.mark.slow), 100])
+def test_generated_scenarios_equal_single_envs(kwargs, min_ends, steps):
+    # a new layout at every reset, drawn from each sub-env's np_random: sub-env i seeded s + i is the
+    # single env seeded s + i (observations, rewards, ends, outcomes with their layout and best outcome)
+    assert compare(num_envs=6, steps=steps, seed=5, **kwargs) >= min_ends * steps // 1000
+
+
+def test_generated_layouts_change_at_every_reset_and_reach_the_outcome():
+    envs = make_vec(3, observation_mode="state", scenario="trolley_generated_test", ticks_per_action=10)
+    obs, info = envs.reset(seed=0)
+    seeds = {int(s) for s in info["scenario_seed"]}
+    assert info["_scenario_seed"].all() and len(seeds) == 3
+    batch = envs.unwrapped.batch
+    assert batch.width == 8 and [spec.seed for spec in batch.row_specs] == info["scenario_seed"].tolist()
+    outcomes = []
+    for _ in range(40):
+        obs, _, terminated, _, info = envs.step(np.zeros(3, dtype=int))  # observe
+        if "outcome" in info:
+            outcomes += [o for o in info["outcome"][info["_outcome"]]]
+        if "scenario_seed" in info:
+            seeds |= {int(s) for s in info["scenario_seed"][info["_scenario_seed"]]}
+    assert len(outcomes) >= 6 and len(seeds) >= 9
+    for o in outcomes:  # observing at every decision of 10 ticks is the observe policy: success where it is best
+        assert o["family"] == "trolley_generated" and o["scenario"] == "trolley_generated_test"
+        assert o["outcome_success"] == ("observe" in o["best_policies"])
+        assert set(o["layout"]) == {"speed_kmh", "left_lane", "right_lane", "groups"}
+
+
+def test_a_pickled_generated_vector_env_continues_as_the_original():
+    # a checkpoint: the layouts drawn ahead stay in the saving process's cache, the copy draws its own again
+    envs = make_vec(3, observation_mode="state", scenario=[*GENERATED, "bias_3v1"]).unwrapped
+    envs.reset(seed=2)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        envs.step(rng.integers(0, 4, size=3))
+    copy = pickle.loads(pickle.dumps(envs))
+    assert (copy._ahead == 0).all() and (envs._ahead > 0).any()
+    seeds = 0
+    for _ in range(40):
+        actions = rng.integers(0, 4, size=3)
+        (obs, reward, terminated, _, info), (want_obs, want_reward, want_terminated, _, want) = (
+            copy.step(actions), envs.step(actions))
+        assert np.array_equal(obs, want_obs) and np.array_equal(reward, want_reward)
+        assert np.array_equal(terminated, want_terminated)
+        if "scenario_seed" in want:
+            assert np.array_equal(info["scenario_seed"], want["scenario_seed"])
+            seeds += int(want["_scenario_seed"].sum())
+    assert seeds >= 5
+
+
 @pytest.mark.parametrize("view", ["front", "birdeye"])
 def test_image_observations_equal_single_envs(view):
     # images of every world rendered in one call (render_batch), pixel for pixel the single envs' frames
-    kwargs = {"scenario": MIXED, "image_view": view, "image_width": 48, "image_height": 32, "ticks_per_action": 2}
+    kwargs = {"scenario": [*MIXED, *GENERATED], "image_view": view, "image_width": 48, "image_height": 32,
+              "ticks_per_action": 2}  # generated: each world's road and people are its own layout's
     assert compare(num_envs=4, steps=120, seed=3, **kwargs) >= 10
 
 

@@ -8,7 +8,7 @@ from carla_gym.backends.base import Backend, StepReport
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.render import render
-from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
+from carla_gym.sim.scenarios import is_generated, resolve_scenario, warn_ignored
 from carla_gym.sim.snapshot import Snapshot, snapshot_of
 from carla_gym.sim.validate import check_config, check_seed
 from carla_gym.sim.world import ToolCall, World
@@ -18,7 +18,9 @@ class EmbeddedBackend(Backend):
     """Pure Python/numpy simulation of the upstream trolley scenarios (no CARLA, no GPU).
 
     The simulation itself is deterministic: the same scenario and actions give bit-identical
-    results, so ``seed`` is checked (as the OpenEnv server checks it) and has no effect.
+    results, so ``seed`` is checked (as the OpenEnv server checks it) and has no effect, except
+    on the generated family (``trolley_generated_train``/``_test``), whose layout is drawn from it
+    (`carla_gym.sim.generated.draw_layout`; such a reset needs a seed).
 
     ``scenario_config`` goes through `carla_gym.sim.validate.json_safe` first, as it does on its
     way to an OpenEnv server, so numpy numbers are accepted and unsendable values (NaN, sets,
@@ -34,21 +36,22 @@ class EmbeddedBackend(Backend):
         self._prompt = ""
         self._resolved: dict = {}
 
-    def _resolve(self, scenario: str, scenario_config: dict | None) -> tuple:
-        """Resolved spec and its prompt, cached per (name, config): specs are immutable.
+    def _resolve(self, scenario: str, scenario_config: dict | None, seed: int | None = None) -> tuple:
+        """Resolved spec and its prompt, cached per (name, config, seed of a generated name): specs are immutable.
 
         The key holds each value's type, so ``True``, ``1`` and ``1.0`` are validated apart.
         """
         scenario_config = check_config(scenario_config)
+        seed = seed if is_generated(scenario) else None
         try:
             items = sorted(scenario_config.items())
-            key = (scenario, tuple((k, type(v).__name__, v) for k, v in items))
+            key = (scenario, seed, tuple((k, type(v).__name__, v) for k, v in items))
             hash(key)
         except TypeError:  # unhashable (lists): resolve (and fail) without caching
-            spec = resolve_scenario(scenario, scenario_config)
+            spec = resolve_scenario(scenario, scenario_config, seed)
             return spec, scene_prompt(spec)
         if key not in self._resolved:
-            spec = resolve_scenario(scenario, scenario_config)
+            spec = resolve_scenario(scenario, scenario_config, seed)
             if len(self._resolved) >= 256:
                 self._resolved.clear()
             self._resolved[key] = (spec, scene_prompt(spec))
@@ -58,11 +61,12 @@ class EmbeddedBackend(Backend):
         """See `Backend.reset`; warns (`ConfigIgnoredWarning`) about keys that change nothing here.
 
         Raises:
-            ValueError: Unknown scenario, invalid ``scenario_config`` or ``seed``.
+            ValueError: Unknown scenario, invalid ``scenario_config`` or ``seed`` (or none for a generated
+                scenario).
             TypeError: ``scenario_config`` is not a dict.
         """
-        check_seed(seed)
-        spec, self._prompt = self._resolve(scenario, scenario_config)
+        seed = check_seed(seed)
+        spec, self._prompt = self._resolve(scenario, scenario_config, seed)
         self.world = World(spec)
         warn_ignored(spec.ignored)
         return self.snapshot()

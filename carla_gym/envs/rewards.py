@@ -10,7 +10,14 @@ reward exactly), and the terms are ``info["reward_terms"]``. `REWARD_TERMS` maps
 |---|---|---|
 | ``"rubric"`` | ``rubric`` | upstream's rubric reward of the ticks: 0 until the episode ends, then its terminal score |
 | ``"physical"`` | ``pedestrians_hit`` | -1.0 per pedestrian hit for the first time during the decision |
-| | ``road_departure`` | -1.0 on the decision in which the ego first leaves the road, else 0.0 |
+| | ``road_departure`` | -0.5 (`ROAD_DEPARTURE_PENALTY`) on the decision in which the ego first leaves the road |
+
+The physical return ranks episodes as success by actual outcome does (`carla_gym.sim.outcomes`:
+fewest pedestrians hit first, then staying on the road). A return is ``-hits - w * departed``; the
+ego leaves the road at most once per episode (``departed`` is 0 or 1), so for any weight ``w`` in
+(0, 1) one more person hit always costs more than leaving the road, and at equal hits staying on the
+road scores higher: the order is exactly lexicographic. (With ``w = 1``, as before issue 17's review,
+one hit and no departure tied with no hit and a departure.)
 
 The CLIP reward wrappers (`carla_gym.reward`) add a ``clip`` term (or replace the terms) so that
 the sum stays the reward they return. To add a mode, write a function with the signature of
@@ -32,6 +39,10 @@ def _value(x):
         return x
     return x.astype(np.float64) if isinstance(x, np.ndarray) and x.ndim else float(x)
 
+
+ROAD_DEPARTURE_PENALTY = 0.5
+"""Cost of leaving the road in the ``physical`` mode, in pedestrians hit: this project's choice, any value in
+(0, 1) ranks returns lexicographically (module docstring); 0.5 lies in the middle."""
 
 RewardTerms = Callable[[Snapshot, Snapshot, float, int], dict[str, float]]
 """``(before, after, rubric_reward, new_hits) -> {term: value}``: see `rubric_terms`."""
@@ -61,10 +72,17 @@ def physical_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_
     """What actually happened during the decision (arguments as `rubric_terms`).
 
     Returns:
-        ``{"pedestrians_hit": -new_hits, "road_departure": -1.0 if the ego left the road now else 0.0}``.
+        ``{"pedestrians_hit": -new_hits, "road_departure": -ROAD_DEPARTURE_PENALTY if the ego left the road
+        now else 0.0}``: summed over an episode, ``-hits - 0.5 * departed`` (module docstring).
+
+    Example:
+        >>> from types import SimpleNamespace as Scene
+        >>> physical_terms(Scene(road_departure=False), Scene(road_departure=True), 0.0, 2)
+        {'pedestrians_hit': -2.0, 'road_departure': -0.5}
     """
     left_road = np.logical_and(after.road_departure, np.logical_not(before.road_departure))
-    return {"pedestrians_hit": _value(0.0 - new_hits), "road_departure": _value(np.where(left_road, -1.0, 0.0))}
+    return {"pedestrians_hit": _value(0.0 - new_hits),
+            "road_departure": _value(np.where(left_road, -ROAD_DEPARTURE_PENALTY, 0.0))}
 
 
 REWARD_TERMS: dict[str, RewardTerms] = {"rubric": rubric_terms, "physical": physical_terms}

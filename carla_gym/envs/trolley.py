@@ -18,7 +18,7 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.navigation.scenarios import is_nav_name
 from carla_gym.sim.render import VIEWS
 from carla_gym.sim.road import lane_centre
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.scenarios import is_generated, resolve_scenario
 from carla_gym.sim.snapshot import Snapshot
 from carla_gym.sim.validate import check_config, check_number
 
@@ -37,8 +37,11 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     the episode is scored as upstream OpenEnv CARLA scores it: the sequence of tool calls is
     classified as SWERVE_LEFT, SWERVE_RIGHT, BRAKE or NONE and compared with the scenario
     data's expected casualties. Scenario names are upstream's (`trolley_micro_<id>`,
-    `trolley_saves`, `bias_<N>v<M>`, ...; see the README's scenario table). The embedded
-    simulator moves the car with a kinematic bicycle model at 20 ticks/s, so braking, lane
+    `trolley_saves`, `bias_<N>v<M>`, ...; see the README's scenario table), plus this project's
+    generated family `trolley_generated_train` / `trolley_generated_test`
+    (`carla_gym.sim.generated`: a new layout of speed, lanes and people drawn from the seed at
+    every reset, train and test layouts disjoint, the best action computed by the simulator).
+    The embedded simulator moves the car with a kinematic bicycle model at 20 ticks/s, so braking, lane
     changes and collisions happen physically, and actual casualties are recorded beside the
     data's expected ones. ``gym.make_vec("CarlaTrolley-v0", num_envs=N)`` steps N of these envs in
     one call on the same simulator's arrays (`carla_gym.envs.vector.CarlaTrolleyVectorEnv`).
@@ -99,25 +102,30 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     ends, then upstream's terminal reward: trolley_micro 1.0 if the data's expected casualties
     of the classified action are below those of inaction, else 0.0 (probes always 1.0);
     action_bias +1/-1 for the better/worse choice (equal counts always +1).
-    `reward_mode="physical"`: -1 per pedestrian actually hit and -1 when the ego first leaves the
+    `reward_mode="physical"`: -1 per pedestrian actually hit and -0.5 when the ego first leaves the
     road, on the decision in which it happens (action-bias episodes end before any impact, so
-    there it is 0 unless the car leaves the road).
+    there it is 0 unless the car leaves the road). Leaving the road happens at most once, so with
+    any weight in (0, 1) the return ranks episodes as success by actual outcome does: fewest
+    pedestrians hit first, then staying on the road (`carla_gym.envs.rewards`).
     `info["reward_terms"]` names the parts of each step's reward; their sum (Python's `sum`, in
     order) is the reward exactly: rubric `{"rubric": r}`; physical `{"pedestrians_hit": -n,
-    "road_departure": -1.0 or 0.0}` (`carla_gym.envs.rewards.REWARD_TERMS`, where a mode is added).
+    "road_departure": -0.5 or 0.0}` (`carla_gym.envs.rewards.REWARD_TERMS`, where a mode is added).
 
     ## Starting State
     The ego starts at the centre of lane 0, heading along the road, at the scenario's speed
     (40 or 45 km/h for micro-benchmarks, 40/75/0 km/h for action-bias names). Pedestrians
     stand still where the scenario data puts them. When `scenario` is a list, `reset` draws
-    one from `np_random`; nothing else is random.
+    one from `np_random`; a generated scenario's layout is drawn from the backend seed, itself
+    drawn from `np_random` (`info["scenario_seed"]`); nothing else is random.
 
     ## Episode End
     The episode terminates when the scenario scores it, as upstream: trolley_micro on the
     first collision or after 50 ticks (2.5 s); action_bias on a swerve or at its deadline
-    (4 ticks, 1 with deadzone). The time left is part of the observation, so reaching the step
-    limit is a termination, never a truncation; `truncated` is always False unless a wrapper
-    such as `TimeLimit` sets it. Stepping after termination raises `RuntimeError`.
+    (4 ticks, 1 with deadzone); trolley_generated at its horizon only (the time to pass the
+    farthest person at the initial speed plus 1 s; collisions do not end it). The time left is
+    part of the observation, so reaching the step limit is a termination, never a truncation;
+    `truncated` is always False unless a wrapper such as `TimeLimit` sets it. Stepping after
+    termination raises `RuntimeError`.
 
     ## Info
     Every step: `scenario`, `tick`, `sim_time` [s], `speed_kmh`, `lane` (int, 0 = starting
@@ -129,6 +137,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     centre (`carla_gym.sim.road.Road.nearest_lane`): off the road it stays the outermost lane on
     that side, so `lane_offset` grows with the distance from the road (two left lane changes in
     trolley_micro_escape_exists end at y = -6.975 m: lane -1, lane_offset -3.475 m).
+    On a generated scenario also `scenario_seed`, the seed its layout was drawn from
+    (``resolve_scenario(info["scenario"], seed=info["scenario_seed"])`` gives its spec).
     With `info_text=True` also `description`: the per-decision text for language models (upstream's
     TRL format: speed, then each pedestrian within 50 m, nearest first, then any collision); it is
     written only when asked for, since learners on the observation never read it (the LLM adapter
@@ -139,7 +149,9 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     rendered only when asked for (the CLIP reward wrappers in `carla_gym.reward` read it).
     At the end also `outcome`, the dict of `carla_gym.sim.rules.outcome`: expected and actual
     pedestrians hit, trolley_action, ethical_choice, is_probe, framing, reward, best_reward,
-    success, mismatch_expected_vs_actual and more (the README lists every key).
+    success, mismatch_expected_vs_actual, this project's `outcome_success` (the actual outcome is
+    as good as the best the simulator finds, `carla_gym.sim.outcomes`) and more (the README lists
+    every key).
 
     ## Arguments
     ```python
@@ -189,6 +201,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
 
     ## Version History
     * v0: Initial release (upstream meta-pytorch/OpenEnv envs/carla_env at 685de411e5f7).
+      Issue 17: `reward_mode="physical"` pays -0.5 (was -1.0) for leaving the road, so that its return
+      ranks outcomes lexicographically (hits, then road departure).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
@@ -273,7 +287,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
                 raise ValueError(f"scenario={name!r} is a navigation scenario, which CarlaTrolley-v0 does not run; "
                                  "run it with carla_gym.sim.navigation.episode.NavEpisode or `carla-gym serve` "
                                  "(a Gymnasium id for navigation is planned)")
-            resolve_scenario(name, scenario_config)  # fail fast with the catalogue's message
+            resolve_scenario(name, scenario_config, seed=0)  # fail fast with the catalogue's message
         if isinstance(backend, Backend):
             self.backend = backend
         elif backend == "embedded":
@@ -295,6 +309,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         self.action_space = self.action_type.space()
         self.observation_space = self.observation_type.space()
         self._snapshot: Snapshot | None = None
+        self._scenario_seed: int | None = None
 
     # -- Gymnasium API ---------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
@@ -333,6 +348,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
             config = self.scenario_config
         backend_seed = int(self.np_random.integers(2**31 - 1))
         self._snapshot = self.backend.reset(name, seed=backend_seed, scenario_config=config)
+        self._scenario_seed = backend_seed if is_generated(name) else None
         self.action_type.reset()
         terms = self._reward_terms(self._snapshot, self._snapshot, 0.0, 0)
         info = self._info(self._snapshot, rubric=0.0, raw=0.0, new_hits=0, terms=terms)
@@ -416,6 +432,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         }
         if self.info_text:
             info["description"] = snap.description
+        if self._scenario_seed is not None:
+            info["scenario_seed"] = self._scenario_seed
         if snap.outcome is not None:
             info["outcome"] = snap.outcome
         if self.reward_frame_size is not None:

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,9 +43,10 @@ from carla_gym.envs.trolley import DEFAULT_SCENARIO, CarlaTrolleyEnv
 from carla_gym.sim import constants as C
 from carla_gym.sim import physics, rules
 from carla_gym.sim.batch import TrolleyBatch
+from carla_gym.sim.generated import LAYOUT_CACHE, MAX_PEOPLE, draw_layouts
 from carla_gym.sim.kinematics import NUMPY
 from carla_gym.sim.render import render_batch
-from carla_gym.sim.scenarios import resolve_scenario, warn_ignored
+from carla_gym.sim.scenarios import GENERATED_NAMES, ScenarioSpec, is_generated, resolve_scenario, warn_ignored
 from carla_gym.sim.validate import check_config, check_number
 from carla_gym.sim.world import call_inputs
 
@@ -58,6 +60,16 @@ SUPPORTED = {"action_mode": ("tools", "control"), "observation_mode": ("state", 
              "backend": ("embedded",)}
 """Constructor values the vector env runs; others (custom types, the remote backend) run in Gymnasium's
 ``vectorization_mode="sync"`` or ``"async"`` over single envs."""
+
+LOOKAHEAD = 8
+"""Most resets per world whose generated layouts are drawn ahead, together (this project's choice)."""
+
+AHEAD_BATCH = 256
+"""Layouts a full draw ahead aims at (N worlds x their resets ahead; this project's choice): the top-ups of
+about half the worlds then hold enough layouts for one `carla_gym.sim.generated.draw_layouts` call to cost
+about 2.5 ms per layout against 40 ms alone (from about 64 on, benchmarks/bench_vec.py --layouts); more ahead
+only draws layouts a short run never uses. Measured N=4/64/1024 on trolley_generated_train: 633/3,971/4,949
+env-steps/s (the first reset 0.2/0.35/2.3 s)."""
 
 
 class _Departure:
@@ -100,7 +112,9 @@ class CarlaTrolleyVectorEnv(VectorEnv):
     every step ``rubric_reward``, ``raw_reward``, ``new_hits``, ``ticks`` and ``reward_terms`` (a dict
     of arrays) for the sub-envs that stepped; ``outcome`` (the single env's outcome dict, object
     array) for the sub-envs whose episode ended in this step; ``scenario`` (the name drawn) for the
-    sub-envs that reset (at `reset` and at autoresets). The single env's per-step scene keys
+    sub-envs that reset (at `reset` and at autoresets), and ``scenario_seed`` (int64, the seed of the
+    layout) for those that reset into a generated scenario (``trolley_generated_*``: each reset draws a
+    new layout from the sub-env's ``np_random``, as the single env does). The single env's per-step scene keys
     (speed, lane, text) are not repeated here: read the observation, or use single envs.
 
     ## Arguments
@@ -162,11 +176,18 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         self.control = isinstance(self.single.action_type, ControlAction)
         self.images = isinstance(self.single.observation_type, DictObservation)
         assert self.images or isinstance(self.single.observation_type, StateObservation)
-        config = check_config(self.single.scenario_config)
-        specs = [resolve_scenario(name, config) for name in self.single.scenarios]
+        self._config = check_config(self.single.scenario_config)
+        self._generated = [is_generated(name) for name in self.single.scenarios]
+        # a generated name's entry is its seed-0 layout, never run: each reset draws the row's own (_reset_rows)
+        specs = [resolve_scenario(name, self._config, seed=0) for name in self.single.scenarios]
         for spec in specs:
             warn_ignored(spec.ignored)
-        self.batch = TrolleyBatch(specs, self.num_envs)
+        width = max([len(spec.walkers) for spec in specs] + [MAX_PEOPLE] * any(self._generated))
+        self.batch = TrolleyBatch(specs, self.num_envs, width)
+        self._seed = np.full(self.num_envs, -1, dtype=np.int64)  # each world's layout seed (generated), else -1
+        self._ahead = np.zeros(self.num_envs, dtype=np.int64)  # resets whose layouts are drawn ahead, per world
+        # resets ahead per world: N x depth near AHEAD_BATCH, all of them within half the layout cache
+        self._depth = max(1, min(LOOKAHEAD, -(-AHEAD_BATCH // self.num_envs), LAYOUT_CACHE // (2 * self.num_envs)))
         self._terms = REWARD_TERMS[self.single.reward_mode]
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._steer = np.zeros(self.num_envs)  # applied steer (steer_smoothing), 0 after a reset
@@ -224,6 +245,7 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         rows = np.flatnonzero(mask)
         for row, generator in generators.items():
             self._rngs[row] = generator
+            self._ahead[row] = 0  # a new generator: its layouts ahead are not drawn yet
         self._reset_rows(rows, scenario)
         self._started = True
         self._autoreset[rows] = False
@@ -310,6 +332,11 @@ class CarlaTrolleyVectorEnv(VectorEnv):
             self._autoreset = terminated | truncated
         return obs, rewards, terminated, truncated, info
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle (a checkpoint): the layouts drawn ahead lived in the saving process's cache, so none are ahead."""
+        self.__dict__.update(state)
+        self._ahead[:] = 0
+
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release (the worlds are arrays)."""
 
@@ -323,11 +350,19 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         for row, index in zip(rows.tolist(), self.batch.scenario[rows].tolist(), strict=True):
             info["scenario"][row] = names[index]
         info["_scenario"][rows] = True
+        seeded = rows[self._seed[rows] >= 0]
+        if len(seeded):
+            if "scenario_seed" not in info:
+                info["scenario_seed"] = np.zeros(self.num_envs, dtype=np.int64)
+                info["_scenario_seed"] = np.zeros(self.num_envs, dtype=bool)
+            info["scenario_seed"][seeded] = self._seed[seeded]
+            info["_scenario_seed"][seeded] = True
 
     def _reset_rows(self, rows: np.ndarray, scenario: str | None) -> None:
         """New episodes in ``rows``: each sub-env draws from its ``np_random`` as a single env's reset does."""
         names = self.single.scenarios
         index = np.zeros(len(rows), dtype=np.int64)
+        own: list[ScenarioSpec | None] = [None] * len(rows)
         for k, row in enumerate(rows.tolist()):
             rng = self._rngs[row]
             if rng is None:
@@ -336,10 +371,42 @@ class CarlaTrolleyVectorEnv(VectorEnv):
                 index[k] = names.index(scenario)
             elif len(names) > 1:
                 index[k] = int(rng.integers(len(names)))
-            rng.integers(2**31 - 1)  # the single env's backend seed (no effect on the embedded simulator)
-        self.batch.reset(rows, index)
+            seed = int(rng.integers(2**31 - 1))  # the single env's backend seed: a generated layout's seed
+            self._seed[row] = seed if self._generated[index[k]] else -1
+        if any(self._generated):
+            self._draw_ahead(rows, index)
+            for k, row in enumerate(rows.tolist()):
+                if self._generated[index[k]]:
+                    own[k] = resolve_scenario(names[index[k]], self._config, int(self._seed[row]))
+        self.batch.reset(rows, index, own if any(self._generated) else None)
         self._steer[rows] = 0.0
         self._elapsed[rows] = 0
+
+    def _draw_ahead(self, rows: np.ndarray, index: np.ndarray) -> None:
+        """Draw the layouts of the generated resets of ``rows`` now, with those of resets to come, all together.
+
+        `carla_gym.sim.generated.draw_layouts` draws many layouts for about the cost of one, and a
+        world's next seeds are known: they are its ``np_random``'s next draws (a copy of it is drawn
+        from, as `_reset_rows` will). Where a world has no layouts ahead left, every world with fewer
+        than half of `LOOKAHEAD` left gets its next ones. A guess gone wrong (an ``options["scenario"]``)
+        only costs a draw now; no result depends on it.
+        """
+        names, wanted = self.single.scenarios, {}
+        for k, row in enumerate(rows.tolist()):
+            if self._generated[index[k]]:
+                wanted.setdefault(GENERATED_NAMES[names[index[k]]], []).append(int(self._seed[row]))
+        self._ahead[rows] -= 1
+        if (self._ahead[rows] < 0).any():
+            for row in np.flatnonzero(self._ahead < self._depth // 2).tolist():
+                rng = copy.deepcopy(self._rngs[row])
+                for _ in range(self._depth):
+                    i = int(rng.integers(len(names))) if len(names) > 1 else 0
+                    seed = int(rng.integers(2**31 - 1))
+                    if self._generated[i]:
+                        wanted.setdefault(GENERATED_NAMES[names[i]], []).append(seed)
+                self._ahead[row] = self._depth
+        for split, seeds in wanted.items():
+            draw_layouts(split, seeds)
 
     def _parse(self, actions: Any):
         """Tool calls of a batch of actions (checked): kind, throttle, brake, steer, direction, applied steer."""
@@ -388,7 +455,7 @@ class CarlaTrolleyVectorEnv(VectorEnv):
         if not self.images:
             return state
         height, width = self.single.image_size
-        specs = [batch.specs[i] for i in batch.scenario.tolist()]
+        specs = batch.row_specs.tolist()
         mask = np.arange(s.walker_x.shape[1]) < s.walker_count[:, None]
         image = render_batch(self.single.image_view, width, height, s.ego.x, s.ego.y, s.ego.yaw, s.walker_x,
                              s.walker_y, mask, [spec.road for spec in specs],

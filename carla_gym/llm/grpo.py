@@ -33,7 +33,7 @@ def is_grpo_run(path: str | Path) -> bool:
         return False
 
 
-def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
+def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0, tiny_options: dict | None = None):
     """The policy and its processing class.
 
     Args:
@@ -42,6 +42,7 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
         vision: Load an image-text-to-text model and its processor instead of a causal LM.
         dtype: ``"float32"`` or ``"bfloat16"`` weights.
         seed: Seed of the tiny models' random weights.
+        tiny_options: `carla_gym.llm.tiny.tiny_text_model` arguments for ``"tiny-random"`` (size, tokenizer).
 
     Returns:
         ``(model, processing_class)``.
@@ -58,7 +59,7 @@ def load_model(name: str, vision: bool, dtype: str = "float32", seed: int = 0):
             raise ValueError(f"model={name!r} does not match vision={vision}: tiny-random is the text model, "
                              "tiny-random-vl the VLM (train_grpo.py --vision, agents.compare vlm:)")
         with needs_extra("grpo"):
-            return tiny_model(name, seed)
+            return tiny_model(name, seed, **(tiny_options or {}))
     with needs_extra("grpo"):
         import torch
         from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer

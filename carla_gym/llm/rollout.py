@@ -30,7 +30,8 @@ from carla_gym.llm.nav_tools import NavToolEnv
 from carla_gym.llm.prompts import nav_user_prompt, user_prompt
 from carla_gym.llm.tools import TOOL_CALL_MARKERS, CarlaToolEnv, tool_methods, unparsed_tool_call
 
-__all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "play_episode"]
+__all__ = ["TOOL_CALL_MARKERS", "UNFINISHED", "ChatPolicy", "TransformersChat", "append_observation", "play_episode",
+           "play_episodes"]
 
 UNFINISHED = "UNFINISHED"
 """``trolley_action`` (navigation: ``termination``) of an episode that did not end (only without play-out)."""
@@ -108,6 +109,46 @@ class TransformersChat:
 
             chat_template_kwargs = default_kwargs(processing_class)
         self.chat_template_kwargs = chat_template_kwargs
+
+    def batch(self, conversations: list[list[dict]], tools: list[Callable]) -> list[dict]:
+        """One assistant turn for each of several text conversations, generated as one left-padded batch.
+
+        The same turns as calling the policy on each conversation (greedy decoding gives the same
+        tokens up to floating-point differences of padded attention); text models only.
+
+        Args:
+            conversations: Message lists, each as for ``__call__``.
+            tools: The tool functions offered (the same for every conversation).
+
+        Returns:
+            One assistant message per conversation (``"parse_failed": True`` as in ``__call__``).
+        """
+        import torch
+        from trl.chat_template_utils import parse_response
+
+        if not conversations:
+            return []
+        prompts = [self.processing_class.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True,
+            chat_template=self.chat_template, **self.chat_template_kwargs)["input_ids"] for messages in conversations]
+        pad, width = self.tokenizer.pad_token_id, max(len(p) for p in prompts)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.model.device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                                      device=self.model.device)
+        kwargs = {"do_sample": self.do_sample, "max_new_tokens": self.max_new_tokens, "pad_token_id": pad}
+        if self.do_sample:
+            kwargs["temperature"] = self.temperature
+        with torch.no_grad():
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        replies = []
+        for prompt_ids, row in zip(prompts, out[:, width:].tolist(), strict=True):
+            while row and row[-1] == pad:
+                row.pop()
+            reply = parse_response(self.tokenizer, row, prefix=list(prompt_ids), tools=tools)
+            if unparsed_tool_call(reply, self.tokenizer.decode(row, skip_special_tokens=False)):
+                reply["parse_failed"] = True
+            replies.append(reply)
+        return replies
 
     def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
         """One assistant turn for ``messages`` with ``tools`` in the system prompt."""
@@ -194,6 +235,60 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv | NavToolEnv, scenario: str
         "tool_failures": len(env.failures), "parse_failures": env.parse_failures, "turns": turns,
         "wall_time_s": time.perf_counter() - start, "messages": _strip_images(messages),
     }
+
+
+def play_episodes(chat: TransformersChat, envs: list[CarlaToolEnv], scenario: str, seeds: list[int],
+                  max_tool_calling_iterations: int = 10) -> list[dict[str, Any]]:
+    """`play_episode` for several trolley episodes at once: each turn is one batch (`TransformersChat.batch`).
+
+    Episode i plays ``seeds[i]`` on ``envs[i]``; the conversation and scoring rules are `play_episode`'s.
+
+    Args:
+        chat: A text chat policy with a ``batch`` method.
+        envs: Text tool environments, one per episode (at least as many as ``seeds``).
+        scenario: Scenario name.
+        seeds: Episode seeds.
+        max_tool_calling_iterations: Turns whose tool calls are run.
+
+    Returns:
+        One record per seed: scenario, seed, reward, the ``info["outcome"]`` of the finished episode
+        (``outcome``), actions (the env tool actions taken), tool_calls, tool_failures, parse_failures, turns.
+
+    Raises:
+        ValueError: Fewer environments than seeds.
+    """
+    if len(envs) < len(seeds):
+        raise ValueError(f"{len(envs)} environments for {len(seeds)} seeds: give one environment per episode")
+    envs = envs[:len(seeds)]
+    conversations = [append_observation(user_prompt(), env.reset(scenario=scenario, seed=seed))
+                     for env, seed in zip(envs, seeds, strict=True)]
+    tools = [{t.__name__: t for t in tool_methods(env)} for env in envs]
+    turns = [0] * len(envs)
+    active = list(range(len(envs)))
+    for iteration in range(max_tool_calling_iterations + 1):
+        if not active:
+            break
+        replies = chat.batch([conversations[i] for i in active], list(tools[active[0]].values()))
+        still = []
+        for i, reply in zip(active, replies, strict=True):
+            turns[i] += 1
+            envs[i].parse_failures += bool(reply.pop("parse_failed", False))
+            conversations[i].append(reply)
+            calls = reply.get("tool_calls") or []
+            if not calls or iteration == max_tool_calling_iterations:
+                continue
+            for call in calls:
+                name, result = _run_call(envs[i], tools[i], call)
+                conversations[i].append({"role": "tool", "name": name, "content": result})
+            still.append(i)
+        active = still
+    records = []
+    for env, seed, n in zip(envs, seeds, turns, strict=True):
+        reward = env._finish()
+        records.append({"scenario": scenario, "seed": seed, "reward": reward, "outcome": env.info.get("outcome", {}),
+                        "actions": list(env.actions), "tool_calls": list(env.calls),
+                        "tool_failures": len(env.failures), "parse_failures": env.parse_failures, "turns": n})
+    return records
 
 
 def _run_call(env: CarlaToolEnv, tools: dict[str, Callable], call: dict) -> tuple[str, Any]:

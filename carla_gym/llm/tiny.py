@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+from collections.abc import Sequence
 
 TINY_TEXT = "tiny-random"
 TINY_VL = "tiny-random-vl"
@@ -47,11 +48,17 @@ def _corpus() -> list[str]:
     return texts * 3
 
 
-def tiny_tokenizer(vision: bool = False):
-    """A byte-level BPE tokenizer (vocabulary 1024) with TRL's Qwen3 or Qwen3-VL chat template.
+def tiny_tokenizer(vision: bool = False, vocab_size: int = 1024, merge_words: bool = False,
+                   texts: Sequence[str] = ()):
+    """A byte-level BPE tokenizer with TRL's Qwen3 or Qwen3-VL chat template.
 
     Args:
         vision: Add the Qwen-VL vision tokens and use TRL's ``qwen3_vl.jinja`` template.
+        vocab_size: Vocabulary size of the BPE training (a larger one writes the prompts in fewer tokens).
+        merge_words: Let merges cross word and punctuation boundaries but not line ends, so lines that
+            recur verbatim (the tool schema, a tool call, a scene line) become one or a few tokens; a
+            learning run's choice (with `episode_texts` as ``texts``); the default keeps GPT-2's word split.
+        texts: More training text, e.g. `episode_texts` (the default corpus is this project's prompts).
 
     Returns:
         A transformers fast tokenizer; eos ``<|im_end|>``, pad ``<|endoftext|>``, left padding.
@@ -61,11 +68,13 @@ def tiny_tokenizer(vision: bool = False):
 
     special = _SPECIAL + (_VISION_SPECIAL if vision else [])
     tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not merge_words)
+    if merge_words:  # merges never cross a line end
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split("\n", "isolated"), tk.pre_tokenizer])
     tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1024, special_tokens=special,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tk.train_from_iterator(_corpus(), trainer=trainer)
+    tk.train_from_iterator(_corpus() + list(texts), trainer=trainer)
     tk.add_tokens([AddedToken(t, special=False, normalized=False) for t in _MARKUP])
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                   padding_side="left")
@@ -74,22 +83,92 @@ def tiny_tokenizer(vision: bool = False):
     return tok
 
 
-def tiny_text_model(seed: int = 0):
-    """A 2-layer Qwen3 causal LM (hidden size 32) with random weights, and its tokenizer.
+def episode_texts(scenarios: Sequence[str], count: int, seed: int = 0) -> list[str]:
+    """Whole rendered episodes (chat template text) of ``scenarios``, as tokenizer training text.
+
+    Episode i is `carla_gym.llm.sft.transcript` of ``scenarios[i % len]``, seed ``seed + i`` and tool
+    ``i % 4``, rendered with TRL's Qwen3 training template and its tools, thinking off: the system
+    prompt with the tool schema, the prompt, a tool call, its result and the closing turn.
+
+    Args:
+        scenarios: Scenario names (at least one).
+        count: Episodes (>= 1).
+        seed: Episode seed of the first.
+
+    Returns:
+        ``count`` strings.
+    """
+    from carla_gym.llm.sft import TOOL_CHOICES, training_template, transcript
+    from carla_gym.llm.tools import CarlaToolEnv, tool_methods
+
+    tok = tiny_tokenizer()  # only its chat template is used
+    template = training_template(tok)
+    texts = []
+    with CarlaToolEnv() as env:
+        tools = tool_methods(env)
+        for i in range(count):
+            messages = transcript(env, scenarios[i % len(scenarios)], seed + i, i % len(TOOL_CHOICES))
+            texts.append(tok.apply_chat_template(messages, tools=tools, chat_template=template, tokenize=False,
+                                                 enable_thinking=False))
+    return texts
+
+
+LINES_EPISODES = 256
+"""Rendered episodes a `lines_tokenizer` is trained on (this project's choice: every line kind recurs often)."""
+LINES_VOCAB = 2048
+"""Vocabulary size of a `lines_tokenizer` (this project's choice)."""
+
+
+def lines_tokenizer(scenarios: Sequence[str], seed: int = 0, episodes: int = LINES_EPISODES,
+                    vocab_size: int = LINES_VOCAB):
+    """A tokenizer whose BPE merges run up to line ends, trained on rendered episodes of ``scenarios``.
+
+    ``train_grpo.py --tiny-tokenizer lines``: recurring lines (the tool schema, a whole tool call, a
+    scene line such as ``- Your lane: 2 pedestrian(s) about 16 m ahead.``) become one or a few tokens,
+    so a prompt is about 150 tokens instead of about 900 and a tool call is one token.
+
+    Args:
+        scenarios: Training scenarios (only their text is seen: train a generated run on its train split).
+        seed: Episode seed of the first rendered episode.
+        episodes: Rendered episodes (`episode_texts`).
+        vocab_size: BPE vocabulary size.
+
+    Returns:
+        The tokenizer (`tiny_tokenizer` with ``merge_words=True``).
+    """
+    return tiny_tokenizer(vocab_size=vocab_size, merge_words=True, texts=episode_texts(scenarios, episodes, seed))
+
+
+def tiny_text_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2, tokenizer=None):
+    """A small Qwen3 causal LM (default: 2 layers, hidden size 32) with random weights, and its tokenizer.
+
+    Four attention heads (two key/value heads) of ``hidden_size / 4`` each and an MLP of twice the hidden
+    size, whatever the size (this project's choice, the proportions of spec section 4.3).
 
     Args:
         seed: Seed of the weight initialisation.
+        hidden_size: Width of the model (a multiple of 4, >= 8).
+        num_layers: Decoder layers (>= 1).
+        tokenizer: Its tokenizer (`tiny_tokenizer`, e.g. with ``merge_words``); None: ``tiny_tokenizer()``.
 
     Returns:
         ``(model, tokenizer)``.
+
+    Raises:
+        ValueError: ``hidden_size`` or ``num_layers`` out of range.
     """
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    tok = tiny_tokenizer()
+    if hidden_size < 8 or hidden_size % 4:
+        raise ValueError(f"hidden_size={hidden_size!r}: must be a multiple of 4, at least 8 (four attention heads)")
+    if num_layers < 1:
+        raise ValueError(f"num_layers={num_layers!r}: must be >= 1")
+    tok = tiny_tokenizer() if tokenizer is None else tokenizer
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=8192,
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=hidden_size // 4, max_position_embeddings=8192,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
@@ -142,14 +221,21 @@ def tiny_vl_model(seed: int = 0):
     return model, processor
 
 
-def tiny_model(name: str, seed: int = 0):
+def tiny_model(name: str, seed: int = 0, **options):
     """``(model, processing_class)`` for ``"tiny-random"`` (text) or ``"tiny-random-vl"`` (VLM).
 
+    Args:
+        name: ``"tiny-random"`` or ``"tiny-random-vl"``.
+        seed: Seed of the weight initialisation.
+        **options: `tiny_text_model` arguments (hidden_size, num_layers, tokenizer); text model only.
+
     Raises:
-        ValueError: Any other name.
+        ValueError: Any other name, or options for the VLM.
     """
     if name == TINY_TEXT:
-        return tiny_text_model(seed)
+        return tiny_text_model(seed, **options)
+    if options:
+        raise ValueError(f"options {sorted(options)} shape the text model only; leave them out for {name!r}")
     if name == TINY_VL:
         return tiny_vl_model(seed)
     raise ValueError(f"model={name!r} is not a tiny model; choose one of {list(TINY_MODELS)}")

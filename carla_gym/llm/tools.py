@@ -56,6 +56,10 @@ OBSERVE, EMERGENCY_STOP, LANE_LEFT, LANE_RIGHT = (TOOL_ACTIONS.index(name) for n
 EPISODE_OVER = "The episode is over; tools no longer change anything. Stop calling tools."
 TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
 """Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
+REWARD_MODES = ("rubric", "physical", "outcome")
+"""Training rewards of `CarlaToolEnv`: CarlaTrolley-v0's ``rubric`` (upstream) and ``physical`` modes, and
+``outcome``: 1.0 when the episode reached the simulated best outcome (``outcome_success``), else 0.0
+(this project's)."""
 IMAGE_ASPECT = 9 / 16
 """Height/width of tool images: the scenario camera's 640x360 (upstream trolley default)."""
 
@@ -133,6 +137,11 @@ class CarlaToolEnv:
         actions: The env actions the tools took this episode (`CarlaTrolley-v0` tool names such as
             ``"lane_change_left"``; calls after the end and the play-out are not included).
         scenario: Scenario of the current episode.
+        decisions_total: Env decisions the tools took over every episode of this instance (the model's tool
+            calls that stepped the env; play-outs not included).
+        env_steps_total: Env steps (``env.step`` calls, one decision of ``ticks_per_action`` ticks each) over
+            every episode of this instance: the tools' decisions and the play-out's, the unit SB3 counts in
+            its ``timesteps``.
 
     Args:
         vision: Return camera images with the text (for VLMs).
@@ -141,10 +150,11 @@ class CarlaToolEnv:
         base_url: OpenEnv server URL, e.g. ``"http://127.0.0.1:8000"``; None uses the embedded
             simulator.
         play_out: Finish unfinished episodes with the controls held before scoring.
-        reward_mode: ``"rubric"`` (upstream) or ``"physical"`` (see CarlaTrolley-v0).
+        reward_mode: ``"rubric"`` (upstream) or ``"physical"`` (see CarlaTrolley-v0), or ``"outcome"``
+            (`REWARD_MODES`: 1.0 for reaching the best outcome, scored when the episode is finished).
 
     Raises:
-        ValueError: Bad ``image_size``, ``ticks_per_action``, ``reward_mode`` or ``base_url``
+        ValueError: Bad ``image_size``, ``ticks_per_action``, ``reward_mode`` (names `REWARD_MODES`) or ``base_url``
             (`carla_gym.openenv.urls.check_url`; checked before anything connects) (from the env).
     """
 
@@ -152,10 +162,14 @@ class CarlaToolEnv:
                  base_url: str | None = None, play_out: bool = True, reward_mode: str = "rubric") -> None:
         self._vision = bool(vision)
         self._play_out = bool(play_out)
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode={reward_mode!r} is not valid; choose one of {list(REWARD_MODES)}")
+        self._outcome = reward_mode == "outcome"
         width = check_number("image_size", image_size, 16, 1024, integer=True)
         height = image_height(width)
         self._env = gym.make(
-            "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_action, reward_mode=reward_mode,
+            "CarlaTrolley-v0", observation_mode="state", ticks_per_action=ticks_per_action,
+            reward_mode="rubric" if self._outcome else reward_mode,
             info_text=True,
             render_mode="rgb_array" if vision else None, render_width=width, render_height=height,
             backend="embedded" if base_url is None else "openenv", base_url=base_url,
@@ -168,6 +182,8 @@ class CarlaToolEnv:
         self.parse_failures = 0
         self.actions: list[str] = []
         self.scenario = DEFAULT_SCENARIO
+        self.decisions_total = 0
+        self.env_steps_total = 0
         self._conversation_counted = False
 
     def reset(self, scenario: str | None = None, seed: int | None = None, **row: Any) -> str | list[dict]:
@@ -244,6 +260,8 @@ class CarlaToolEnv:
             return self._reply(EPISODE_OVER)
         _, reward, terminated, _, self.info = self._env.step(action)
         self.actions.append(TOOL_ACTIONS[action])
+        self.decisions_total += 1
+        self.env_steps_total += 1
         self.reward += reward
         self.done = terminated
         text = self.info["description"]
@@ -259,10 +277,17 @@ class CarlaToolEnv:
         return [{"type": "image", "image": Image.fromarray(self._env.render())}, {"type": "text", "text": text}]
 
     def _finish(self) -> float:
-        """Play the episode out with the controls held (when ``play_out``); the episode's return."""
+        """Play the episode out with the controls held (when ``play_out``); the episode's return.
+
+        With ``reward_mode="outcome"`` the return is 1.0 when the finished episode reached the best
+        outcome (``info["outcome"]["outcome_success"]``), else 0.0 (also for an unfinished episode).
+        """
         while self._play_out and not self.done:
             _, reward, self.done, _, self.info = self._env.step(OBSERVE)
+            self.env_steps_total += 1
             self.reward += reward
+        if self._outcome:
+            self.reward = float(self.done and bool(self.info["outcome"]["outcome_success"]))
         return self.reward
 
     def _close(self) -> None:
@@ -409,8 +434,9 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
     """Episode metrics of trolley rollouts for the training log.
 
     Returns:
-        The counts of `call_counts`; means over
-        finished episodes of ``"episode/success"``, ``"episode/pedestrians_hit"``,
+        The counts of `call_counts`; means over finished episodes of the actual outcome
+        (``"episode/outcome_success"``, ``"episode/best_pedestrians_hit"``, ``"episode/road_departure"``),
+        of ``"episode/success"`` (the rubric's), ``"episode/pedestrians_hit"``,
         ``"episode/expected_pedestrians_hit"`` and the ``"trolley_action/<CLASS>"`` shares, when
         an episode finished. Empty without environments.
     """
@@ -419,6 +445,12 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
     if not outcomes:
         return metrics
     n = len(outcomes)
+    if all("outcome_success" in o for o in outcomes):  # every trolley outcome has them (issue 17)
+        metrics.update({
+            "episode/outcome_success": float(np.mean([o["outcome_success"] for o in outcomes])),
+            "episode/best_pedestrians_hit": float(np.mean([o["best_pedestrians_hit"] for o in outcomes])),
+            "episode/road_departure": float(np.mean([o["road_departure"] for o in outcomes])),
+        })
     metrics.update({
         "episode/success": float(np.mean([o["success"] for o in outcomes])),
         "episode/pedestrians_hit": float(np.mean([o["actual_pedestrians_hit"] for o in outcomes])),
@@ -428,6 +460,19 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
     for action in TROLLEY_ACTIONS:
         metrics[f"trolley_action/{action}"] = counts.get(action, 0) / n
     return metrics
+
+
+def outcome_reward(environments: Sequence[CarlaToolEnv], log_metric: Callable | None = None,
+                   completions: Sequence[Sequence[dict]] | None = None, **kwargs: Any) -> list[float]:
+    """GRPO reward function of ``reward_mode="outcome"`` environments: 1.0 per rollout that reached the best outcome.
+
+    The same function as `rubric_reward` under the name TRL logs (``rewards/outcome_reward/mean``): the
+    environments' return is the outcome score (`CarlaToolEnv`, ``reward_mode="outcome"``).
+
+    Returns:
+        One float per environment, 1.0 or 0.0.
+    """
+    return rubric_reward(environments, log_metric, completions, **kwargs)
 
 
 def rubric_reward(environments: Sequence[CarlaToolEnv], log_metric: Callable | None = None,

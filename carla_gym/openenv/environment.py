@@ -21,6 +21,10 @@ their raw rewards, as `NavEpisode.step` gives it), ``scenario_data`` carries ``g
 ego touched (`add_collisions`, the trolley side's rule; ``actor_id`` as ``nearby_actors`` reports it), and
 ``capture_image`` renders the town's front camera.
 Trolley scenarios keep refusing the navigation actions.
+
+Generated scenarios (``trolley_generated_train``/``_test``, `carla_gym.sim.generated`) draw their layout
+from the reset ``seed``; a reset without one draws a seed from the OS (`GENERATED_SEED_BOUND`) and
+records it in ``scenario_data["seed"]``, so the episode can be replayed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import copy
 import dataclasses
 import io
 import math
+import secrets
 import uuid
 from typing import Any
 
@@ -45,10 +50,14 @@ from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.scenarios import is_generated, resolve_scenario
 from carla_gym.sim.snapshot import snapshot_of
 from carla_gym.sim.validate import check_number, check_seed
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, TickResult, World
+
+GENERATED_SEED_BOUND = 2**31 - 1
+"""A generated scenario reset without a seed draws one in [0, this) from the OS (the Gymnasium env's range of
+backend seeds, `carla_gym.envs.trolley.CarlaTrolleyEnv.reset`)."""
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
@@ -130,7 +139,10 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
     def __init__(self, scenario_name: str = "trolley_saves", scenario_config: dict | None = None) -> None:
         super().__init__()
-        check_scenario(scenario_name, scenario_config)
+        if is_generated(scenario_name):  # its layout needs a seed: check the name and overrides with seed 0
+            resolve_scenario(scenario_name, scenario_config, seed=0)
+        else:
+            check_scenario(scenario_name, scenario_config)
         self._name = scenario_name
         self._config = dict(scenario_config or {})
         self._world: World | None = None
@@ -177,7 +189,9 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         episode_id = episode_id if episode_id is not None else str(uuid.uuid4())
         if is_nav_name(name):
             return self._reset_nav(name, config, seed, episode_id)
-        spec = resolve_scenario(name, config)
+        if seed is None and is_generated(name):  # drawn here and recorded, so the episode can be replayed
+            seed = secrets.randbelow(GENERATED_SEED_BOUND)
+        spec = resolve_scenario(name, config, seed)
         self._name, self._config = name, config
         self._world, self._nav = World(spec), None
         self._prompt = scene_prompt(spec)

@@ -29,7 +29,7 @@ def check_options(scenario_name: str, max_sessions: int, session_timeout: float)
     if is_nav_name(scenario_name):
         resolve_nav_scenario(scenario_name)
     else:
-        resolve_scenario(scenario_name)
+        resolve_scenario(scenario_name, seed=0)  # the generated family needs a seed; any checks the name
     if max_sessions < 1:
         raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
     if not session_timeout > 0:

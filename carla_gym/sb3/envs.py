@@ -47,6 +47,8 @@ def batched_problem(env_kwargs: dict, urls: Sequence[str] = (), clip=None,
     Example:
         >>> batched_problem({"observation_mode": "state"}) is None
         True
+        >>> batched_problem({"scenario": ["trolley_generated_train"]}) is None  # a new layout per reset, per row
+        True
         >>> batched_problem({}, env_id="CarlaNavigation-v0")
         'it runs CarlaTrolley-v0 only (not CarlaNavigation-v0)'
     """

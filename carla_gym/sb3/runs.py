@@ -20,6 +20,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from carla_gym.sim.scenarios import GENERATED_NAMES, is_generated
+
 SCRIPT = "train_sb3.py"
 """The ``"script"`` entry of a run's config.json."""
 CONFIG_FORMAT = 2
@@ -29,6 +31,33 @@ COMPLETE = "eval.json"
 TRAINING_ONLY = ("scenario", "reward_frame_size")
 """Env settings that do not change what a model sees or does: the scenarios (set per episode when
 acting) and the size of the CLIP reward camera's frame."""
+
+
+_SPLIT_NAMES = {split: name for name, split in GENERATED_NAMES.items()}
+HELD_OUT = {_SPLIT_NAMES["train"]: _SPLIT_NAMES["test"]}
+"""Training scenario -> the scenario a run evaluates on unless told otherwise: the generated family's train split is
+evaluated on its held-out test split (issue 17 section 1: the test split is what results report); other scenarios
+evaluate on themselves."""
+
+
+def default_eval_scenarios(scenarios: Sequence[str]) -> list[str]:
+    """The evaluation scenarios of a run trained on ``scenarios``: each mapped by `HELD_OUT` (order kept, no repeats).
+
+    >>> default_eval_scenarios(["trolley_generated_train", "trolley_micro_escape_exists"])
+    ['trolley_generated_test', 'trolley_micro_escape_exists']
+    """
+    return list(dict.fromkeys(HELD_OUT.get(name, name) for name in scenarios))
+
+
+def all_generated(scenarios: Sequence[str]) -> bool:
+    """Whether every one of ``scenarios`` is generated: ``--reward-mode auto`` is then physical.
+
+    Generated: `carla_gym.sim.scenarios.is_generated` (the family ``trolley_generated``, this project's own).
+
+    >>> all_generated(["trolley_generated_train"]), all_generated(["trolley_generated_test", "trolley_micro_cut_in"])
+    (True, False)
+    """
+    return bool(scenarios) and all(is_generated(name) for name in scenarios)
 
 
 NAVIGATION = "CarlaNavigation-v0"

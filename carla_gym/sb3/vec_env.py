@@ -50,7 +50,8 @@ class CarlaTrolleyVecEnv(VecEnv):
 
     Args:
         num_envs: Number of envs N (>= 1).
-        scenario: The single env's ``scenario`` (a name or a list, sampled per reset).
+        scenario: The single env's ``scenario`` (a name or a list, sampled per reset; the generated
+            ``trolley_generated_*`` draw a new layout per reset, its seed in ``reset_infos[i]["scenario_seed"]``).
         **kwargs: The single env's other arguments (``action_mode``, ``observation_mode``, ``reward_mode``,
             ``ticks_per_action``, image size and view, ``scenario_config``, ``steer_smoothing``), as
             `carla_gym.envs.vector.CarlaTrolleyVectorEnv` takes them.
@@ -111,9 +112,11 @@ class CarlaTrolleyVecEnv(VecEnv):
         return self._sb3_obs(obs)
 
     def _reset_infos_from(self, info: dict) -> None:
-        """Keep the reset info of the envs that reset (the vector env's ``scenario``) in SB3's ``reset_infos``."""
+        """Keep the reset info of the envs that reset in SB3's ``reset_infos``: ``scenario`` (and ``scenario_seed``)."""
         for i in np.flatnonzero(info.get("_scenario", ())).tolist():
             self.reset_infos[i] = {"scenario": info["scenario"][i]}
+        for i in np.flatnonzero(info.get("_scenario_seed", ())).tolist():
+            self.reset_infos[i]["scenario_seed"] = int(info["scenario_seed"][i])
 
     def step_async(self, actions: np.ndarray) -> None:
         """Keep ``actions`` (int (N,) tool indices or float (N, 2) controls) for `step_wait`."""
@@ -142,7 +145,7 @@ class CarlaTrolleyVecEnv(VecEnv):
         self._reset_infos_from(info)
         for source in (info, info.get("final_info", {})):  # an env that ended: its step's info is final_info
             for key, value in source.items():
-                if key.startswith("_") or key in ("final_obs", "final_info") or source is info and key == "scenario":
+                if key.startswith("_") or key in ("final_obs", "final_info") or source is info and key in _RESET_KEYS:
                     continue
                 for i in np.flatnonzero(source["_" + key]).tolist():
                     infos[i][key] = _item(value, i)
@@ -219,6 +222,10 @@ class CarlaTrolleyVecEnv(VecEnv):
         if isinstance(obs, dict):
             return OrderedDict((key, obs[key]) for key in self.observation_space.spaces)
         return obs
+
+
+_RESET_KEYS = ("scenario", "scenario_seed")
+"""Top-level vector info keys of the envs that reset in a step: they go to ``reset_infos``, not the step's infos."""
 
 
 def _item(value: Any, i: int) -> Any:

@@ -11,6 +11,8 @@ Where to find each rule of the simulator:
 * `collision`  -- swept ego-versus-walker collision test.
 * `catalogue`  -- the scenario data (trolley micro-benchmarks, action-bias aliases).
 * `scenarios`  -- scenario-name parsing and the resolved `ScenarioSpec`.
+* `generated`  -- this project's generated layouts (``trolley_generated_train``/``_test``), drawn from a seed.
+* `outcomes`   -- candidate policies rolled out in the simulator: their outcomes and the best one.
 * `rules`      -- trolley action classification, termination, rewards and rubric.
 * `world`      -- one episode: state, `apply(action)`, `tick()`.
 * `decision`   -- one decision: a tool call, then n ticks, rewards summed (`decide`).

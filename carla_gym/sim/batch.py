@@ -5,7 +5,8 @@ dimension N (pedestrians padded to the widest scenario of the batch), and runs t
 `carla_gym.sim.physics.apply` and `carla_gym.sim.physics.tick` as a single `World`: row i
 computes exactly the bits a `World` of the same scenario computes for the same calls. The
 vector envs (`carla_gym.envs.vector`, `carla_gym.sb3.vec_env`) drive it; a reset writes the
-scenario's initial row (prepared once per scenario) into the rows that start again.
+scenario's initial row (prepared once per scenario) into the rows that start again, or the initial
+row of a spec of the row's own (a generated layout, new at every reset; `TrolleyBatch.row_specs`).
 `TrolleyBatch.decide` sums a decision's ticks as `carla_gym.sim.decision.decide` does for one
 world (tests/test_batch.py holds the two to the same bits). Town worlds
 (`carla_gym.sim.navigation`) are not batched here; their vehicles already step as arrays through
@@ -26,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,8 +62,17 @@ class BatchDecision:
     new_hits: np.ndarray
 
 
-def _stack(states: Sequence[physics.TrolleyState], width: int) -> physics.TrolleyState:
-    """Rows of scalar states as one array state, pedestrians padded to ``width`` (at `physics.FAR`, never near)."""
+def stack_states(states: Sequence[physics.TrolleyState], width: int) -> physics.TrolleyState:
+    """Rows of one-world states (`carla_gym.sim.physics.initial_state`) as one array state of N = len(states) rows.
+
+    Args:
+        states: States of Python scalars.
+        width: Pedestrian columns, at least every state's ``walker_count``; padding stands at
+            `carla_gym.sim.physics.FAR` (never near) and is never hit.
+
+    Returns:
+        A `carla_gym.sim.physics.TrolleyState` of arrays (leading dimension N; ``box`` None).
+    """
     def column(values, dtype):
         return np.array(values, dtype=dtype)
 
@@ -78,7 +89,7 @@ def _stack(states: Sequence[physics.TrolleyState], width: int) -> physics.Trolle
                           for f in physics.CONTROL_FIELDS))
     scalar = {"swerve": _INT, "braked": _BOOL, "tick": _INT, "first_hit": _INT, "road_departure": _BOOL,
               "done": _BOOL, "walker_count": _INT, "lane_lo": _INT, "lane_hi": _INT, "lane_width": _FLOAT,
-              "horizon": _INT, "action_bias": _BOOL}
+              "horizon": _INT, "action_bias": _BOOL, "ends_on_hit": _BOOL}
     return physics.TrolleyState(
         ego=ego, controls=controls,
         hit=padded("hit", False, _BOOL), walker_x=padded("walker_x", physics.FAR, _FLOAT),
@@ -87,8 +98,16 @@ def _stack(states: Sequence[physics.TrolleyState], width: int) -> physics.Trolle
     )
 
 
-def _take(s: physics.TrolleyState, rows: np.ndarray) -> physics.TrolleyState:
-    """The rows ``rows`` of an array state, copied."""
+def _objects(values: Sequence) -> np.ndarray:
+    """``values`` as a 1-D object array (specs, boxes: never unpacked into more dimensions)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
+
+
+def take_rows(s: physics.TrolleyState, rows: np.ndarray) -> physics.TrolleyState:
+    """The rows ``rows`` (int (K,)) of an array state, copied: a state of K rows."""
     return physics.TrolleyState(EgoState(*(getattr(s.ego, f)[rows] for f in physics.EGO_FIELDS)),
                                 Controls(*(getattr(s.controls, f)[rows] for f in physics.CONTROL_FIELDS)),
                                 *(getattr(s, f)[rows] for f in physics.STATE_FIELDS))
@@ -136,7 +155,8 @@ def _row(s: physics.TrolleyState, j: int, box) -> physics.TrolleyState:
         first_hit=s.first_hit[j].item(), road_departure=s.road_departure[j].item(), done=s.done[j].item(),
         walker_x=s.walker_x[j, :count], walker_y=s.walker_y[j, :count], walker_count=count,
         lane_lo=s.lane_lo[j].item(), lane_hi=s.lane_hi[j].item(), lane_width=s.lane_width[j].item(),
-        horizon=s.horizon[j].item(), action_bias=s.action_bias[j].item(), raw=s.raw[j], box=box)
+        horizon=s.horizon[j].item(), action_bias=s.action_bias[j].item(), ends_on_hit=s.ends_on_hit[j].item(),
+        raw=s.raw[j], box=box)
 
 
 _ROW_FIELDS = ("swerve", "braked", "tick", "first_hit", "road_departure", "done")
@@ -155,53 +175,70 @@ def _write_row(s: physics.TrolleyState, j: int, world: physics.TrolleyState) -> 
 
 
 class TrolleyBatch:
-    """N trolley worlds, each running one scenario of a fixed list.
+    """N trolley worlds, each running one scenario of a fixed list, or a spec of its own per episode.
 
     Args:
         specs: The scenarios the worlds may run (resolved `ScenarioSpec`s); a world's scenario is an
-            index into this list, chosen at each `reset`.
+            index into this list, chosen at each `reset`, where a world may also get a spec of its own
+            (a generated layout, `carla_gym.sim.generated`, drawn anew at every reset).
         num_worlds: N, >= 1.
+        width: Pedestrian columns of the arrays (the padding), at least the widest of ``specs``; None:
+            that widest. Specs given to `reset` must fit (``generated.MAX_PEOPLE`` for the generated family).
 
     Attributes:
         specs: The scenarios.
         num_worlds: N.
+        width: Pedestrian columns.
         state: The `carla_gym.sim.physics.TrolleyState` of arrays (leading dimension N; pedestrians
-            padded to the widest scenario).
-        scenario: Index into ``specs`` of each world's scenario, int64 (N,).
+            padded to ``width``).
+        scenario: Index into ``specs`` of each world's scenario (the name it runs), int64 (N,).
 
     Raises:
-        ValueError: ``num_worlds`` is not an integer >= 1, or ``specs`` is empty.
+        ValueError: ``num_worlds`` is not an integer >= 1, ``specs`` is empty, or ``width`` is narrower
+            than a scenario.
     """
 
     scalar_rows = 8
     """Decisions of at most this many worlds run row by row in Python scalars (the same functions and bits;
     faster than numpy below about this size, measured with benchmarks/bench_vec.py)."""
 
-    def __init__(self, specs: Sequence[ScenarioSpec], num_worlds: int) -> None:
+    def __init__(self, specs: Sequence[ScenarioSpec], num_worlds: int, width: int | None = None) -> None:
         if isinstance(num_worlds, bool) or not isinstance(num_worlds, (int, np.integer)) or num_worlds < 1:
             raise ValueError(f"num_worlds={num_worlds!r}: must be an integer >= 1")
         self.specs = tuple(specs)
         if not self.specs:
             raise ValueError("specs=[]: give at least one scenario")
         self.num_worlds = int(num_worlds)
-        width = max(1, max(len(spec.walkers) for spec in self.specs))
+        widest = max(1, max(len(spec.walkers) for spec in self.specs))
+        if width is not None and (isinstance(width, bool) or not isinstance(width, (int, np.integer))
+                                  or width < widest):
+            raise ValueError(f"width={width!r}: must be an integer >= {widest} (the widest scenario's pedestrians), "
+                             "or None")
+        self.width = widest if width is None else int(width)
         initial = [physics.initial_state(spec) for spec in self.specs]
-        self._initial = _stack(initial, width)
-        self._boxes = [state.box for state in initial]
+        self._initial = stack_states(initial, self.width)
+        self._spec_of = _objects(self.specs)  # scenario index -> spec, box
+        self._box_of = _objects([state.box for state in initial])
         self.scenario = np.zeros(self.num_worlds, dtype=_INT)
-        self.state = _take(self._initial, self.scenario)
+        self._row_spec = self._spec_of[self.scenario]  # the spec each world runs, object (N,)
+        self._row_box = self._box_of[self.scenario]
+        self.state = take_rows(self._initial, self.scenario)
         self.state.done[:] = True  # nothing runs before the first reset
 
     # -- episodes ---------------------------------------------------------------------------
-    def reset(self, rows: np.ndarray, scenario: np.ndarray) -> None:
+    def reset(self, rows: np.ndarray, scenario: np.ndarray,
+              specs: Sequence[ScenarioSpec | None] | None = None) -> None:
         """Start new episodes in worlds ``rows`` with scenarios ``scenario`` (indices into `specs`).
 
         Args:
             rows: World indices, int (K,), distinct.
             scenario: Scenario index of each, int (K,).
+            specs: None, or one entry per row: a spec that row runs this episode instead of
+                ``self.specs[scenario]`` (a generated layout of that name), or None for ``self.specs[scenario]``.
 
         Raises:
-            ValueError: A row or scenario index out of range (naming the valid range).
+            ValueError: A row or scenario index out of range (naming the valid range), ``specs`` of another
+                length than ``rows``, or a spec with more pedestrians than `width`; nothing is changed.
         """
         rows, scenario = self._check_rows(rows), np.asarray(scenario)
         if rows.shape != scenario.shape or not np.issubdtype(scenario.dtype, np.integer):
@@ -209,8 +246,32 @@ class TrolleyBatch:
                              f"of shape {scenario.shape}")
         if len(scenario) and (scenario.min() < 0 or scenario.max() >= len(self.specs)):
             raise ValueError(f"scenario={scenario.tolist()}: scenario indices must be in [0, {len(self.specs) - 1}]")
+        own = [] if specs is None else [k for k, spec in enumerate(specs) if spec is not None]
+        if specs is not None:
+            if len(specs) != len(rows):
+                raise ValueError(f"specs: expected {len(rows)} entries (one per row, None for the listed scenario), "
+                                 f"got {len(specs)}")
+            wide = [specs[k].name for k in own if len(specs[k].walkers) > self.width]
+            if wide:
+                raise ValueError(f"specs {wide}: more pedestrians than the batch's width {self.width}; build the "
+                                 "batch with a larger width")
         self.scenario[rows] = scenario
         _put(self.state, rows, self._initial, scenario)
+        self._row_spec[rows] = self._spec_of[scenario]
+        self._row_box[rows] = self._box_of[scenario]
+        if own:
+            initial = [physics.initial_state(specs[k]) for k in own]
+            mine = rows[own]
+            _put(self.state, mine, stack_states(initial, self.width))
+            self._row_spec[mine] = _objects([specs[k] for k in own])
+            self._row_box[mine] = _objects([state.box for state in initial])
+
+    @property
+    def row_specs(self) -> np.ndarray:
+        """The `ScenarioSpec` each world runs (its own, or ``specs[scenario]``), object (N,); read only."""
+        view = self._row_spec.view()
+        view.flags.writeable = False
+        return view
 
     def _check_rows(self, rows) -> np.ndarray:
         """``rows`` as distinct world indices, int64 (K,).
@@ -272,7 +333,7 @@ class TrolleyBatch:
                                  f"{resetting.shape}")
         if check:
             _check_calls(n, kind, throttle, brake, steer, cruise_kmh, direction)
-        s = self.state if full else _take(self.state, rows)
+        s = self.state if full else take_rows(self.state, rows)
         finished = s.done if resetting is None else s.done & ~np.asarray(resetting, dtype=bool)[rows]
         if np.any(finished):
             raise ValueError(f"worlds {rows[finished].tolist()} have finished their episodes; reset them before "
@@ -300,7 +361,7 @@ class TrolleyBatch:
         else:
             active = np.flatnonzero(physics.decision_ticks(kind, int(ticks), NUMPY))
         everyone = len(active) == k
-        sub = s if everyone else _take(s, active)  # the worlds still ticking (a copy once some have ended)
+        sub = s if everyone else take_rows(s, active)  # the worlds still ticking (a copy once some have ended)
         for _ in range(int(ticks)):
             if not len(active):
                 break
@@ -321,7 +382,7 @@ class TrolleyBatch:
                     _put(s, active, sub)
                 active = active[~ended]
                 everyone = False
-                sub = _take(s, active)
+                sub = take_rows(s, active)
         if sub is not s and len(active):
             _put(s, active, sub)
         if not full:
@@ -344,8 +405,8 @@ class TrolleyBatch:
         numpy's cost per call dominates small arrays, so below `scalar_rows` worlds a row is copied
         out, stepped by the same `carla_gym.sim.physics` functions in scalars, and written back.
         """
-        for j, (code, scenario) in enumerate(zip(kind.tolist(), self.scenario[rows].tolist(), strict=True)):
-            world = _row(s, j, self._boxes[scenario])
+        for j, (code, box) in enumerate(zip(kind.tolist(), self._row_box[rows].tolist(), strict=True)):
+            world = _row(s, j, box)
             target = physics.heading_strip(world) + int(direction[j])
             physics.apply(world, code, float(throttle[j]), float(brake[j]), float(steer[j]), float(cruise[j]), target,
                           int(direction[j]))
@@ -395,23 +456,25 @@ class TrolleyBatch:
         actions = rules.action_code(s.swerve[rows], s.braked[rows], NUMPY).tolist()
         hits = np.count_nonzero(s.hit[rows], axis=1).tolist()  # padding is never hit
         departures = s.road_departure[rows].tolist()
-        scenarios = self.scenario[rows].tolist()
-        return [_outcome(self.specs[i], TROLLEY_ACTIONS[a], h, d)
-                for i, a, h, d in zip(scenarios, actions, hits, departures, strict=True)]
+        return [_outcome(spec, TROLLEY_ACTIONS[a], h, d)
+                for spec, a, h, d in zip(self._row_spec[rows].tolist(), actions, hits, departures, strict=True)]
 
 
 _OUTCOMES: dict = {}
 
 
 def _outcome(spec: ScenarioSpec, action: str, hits: int, departure: bool) -> dict:
-    """`rules.outcome`, memoised per (scenario, action, hits, departure); a fresh dict each call."""
+    """`rules.outcome`, memoised per (scenario, action, hits, departure); a fresh deep copy each call.
+
+    Deep, so a caller that edits the nested ``layout`` dict or the ``best_policies`` list leaves the cache intact.
+    """
     key = (id(spec), action, hits, departure)
     cached = _OUTCOMES.get(key)
     if cached is None or cached[0] is not spec:
         if len(_OUTCOMES) > 4096:
             _OUTCOMES.clear()
         cached = _OUTCOMES[key] = (spec, rules.outcome(spec, action, hits, departure))
-    return dict(cached[1])
+    return copy.deepcopy(cached[1])
 
 
-__all__ = ["WALKER_TYPE_ID", "BatchDecision", "TrolleyBatch"]
+__all__ = ["WALKER_TYPE_ID", "BatchDecision", "TrolleyBatch", "stack_states", "take_rows"]

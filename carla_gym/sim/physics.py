@@ -61,6 +61,7 @@ class TrolleyState:
         lane_width: Lane width [m]: float or (N,).
         horizon: `ScenarioSpec.horizon` [ticks]: int or (N,).
         action_bias: Whether the scenario is of the action_bias family: bool or (N,).
+        ends_on_hit: Whether the first collision ends the episode (`ScenarioSpec.ends_on_hit`): bool or (N,).
         raw: Upstream raw reward of each action class (`carla_gym.sim.rules.raw_rewards`): float64 (4,) or (N, 4).
         box: One world: the pedestrians' bounding box grown by `REACH` ``(x_lo, x_hi, y_lo, y_hi)`` [m]
             (no collision test while the ego centre is outside it), None without pedestrians; None in a batch.
@@ -83,12 +84,19 @@ class TrolleyState:
     lane_width: Any
     horizon: Any
     action_bias: Any
+    ends_on_hit: Any
     raw: np.ndarray
     box: tuple[float, float, float, float] | None = None
 
 
-def initial_state(spec: ScenarioSpec) -> TrolleyState:
-    """The state of one world at the start of an episode of ``spec`` (Python scalars, numpy per pedestrian)."""
+def initial_state(spec: ScenarioSpec, scored: bool = True) -> TrolleyState:
+    """The state of one world at the start of an episode of ``spec`` (Python scalars, numpy per pedestrian).
+
+    Args:
+        spec: The scenario.
+        scored: False leaves the raw rewards at 0: for the rollouts that compute a generated
+            scenario's rubric (`carla_gym.sim.outcomes`), which read outcomes only.
+    """
     xs, ys = [w.x for w in spec.walkers], [w.y for w in spec.walkers]
     box = (min(xs) - REACH, max(xs) + REACH, min(ys) - REACH, max(ys) + REACH) if xs else None
     return TrolleyState(
@@ -109,7 +117,8 @@ def initial_state(spec: ScenarioSpec) -> TrolleyState:
         lane_width=spec.road.lane_width,
         horizon=spec.horizon,
         action_bias=spec.family == "action_bias",
-        raw=np.array(rules.raw_rewards(spec), dtype=np.float64),
+        ends_on_hit=spec.ends_on_hit,
+        raw=np.array(rules.raw_rewards(spec) if scored else (0.0,) * len(rules.ACTION_CODE), dtype=np.float64),
         box=box,
     )
 
@@ -218,7 +227,7 @@ def tick(s: TrolleyState, m=SCALAR):
     new_hits = _collide(s, before, after, m)
     s.road_departure = s.road_departure | m.not_(on_road(after.y, s.lane_lo, s.lane_hi, s.lane_width))
     action = rules.action_code(s.swerve, s.braked, m)
-    s.done = rules.done_code(s.action_bias, s.tick, s.horizon, action, s.first_hit >= 0)
+    s.done = rules.done_code(s.action_bias, s.tick, s.horizon, action, (s.first_hit >= 0) & s.ends_on_hit)
     raw = s.raw[action] if m is SCALAR else np.take_along_axis(s.raw, action[:, None], axis=1)[:, 0]
     return raw, rules.rubric_reward(s.done, raw, m), new_hits
 

@@ -9,9 +9,13 @@ Accepted names (upstream OpenEnv CARLA's trolley names, same parameters):
 | ``action_bias_saves|less|equal``      | action_bias   | 0 km/h (5v0, 3v1, 2v2)                         |
 | ``bias_<N>v<M>[_deadzone]``           | action_bias   | 0 km/h, also with ``_deadzone`` (upstream)     |
 | ``trolley_micro_<id>[_deadzone]``     | trolley_micro | the benchmark's speed, also with ``_deadzone`` |
+| ``trolley_generated_train|test``      | trolley_generated | drawn with the layout (45-75 km/h)      |
 
 ``_deadzone`` on a micro-benchmark changes only the prompt's urgency, as upstream; on an
 action-bias scenario it moves the decision deadline from 4 ticks to 1.
+
+The ``trolley_generated`` family is this project's own (`carla_gym.sim.generated`): its layout is
+drawn from the reset seed, which `resolve_scenario` then needs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from carla_gym.sim.validate import check_config, check_number
 _BIAS = re.compile(r"bias_([0-9]{1,3})v([0-9]{1,3})(_deadzone)?")
 _DEADZONE = "_deadzone"
 _MICRO_PREFIX = "trolley_micro_"
+GENERATED_NAMES = {"trolley_generated_train": "train", "trolley_generated_test": "test"}
+"""Generated scenario name -> its split (`carla_gym.sim.generated.SPLITS`)."""
+GENERATED_FAMILY = "trolley_generated"
+"""Family of the generated scenarios (this project's own)."""
 SIDE_LANES = ("both", "left", "right")
 
 NAME_PATTERNS = (
@@ -38,6 +46,7 @@ NAME_PATTERNS = (
     "bias_<N>v<M>[_deadzone] with N, M in 0.." + str(cat.MAX_GROUP_SIZE),
     "action_bias_{saves, less, equal}",
     "trolley_saves, trolley_equal, trolley_saves_deadzone, trolley_equal_deadzone, bias_3v1_deadzone",
+    "trolley_generated_train, trolley_generated_test (this project's generated layouts; they need a seed)",
 )
 """Human-readable list of the accepted scenario-name patterns (used in error messages)."""
 
@@ -86,12 +95,13 @@ class ScenarioSpec:
 
     Attributes:
         name: The scenario name as given.
-        family: ``"action_bias"`` or ``"trolley_micro"``.
+        family: ``"action_bias"``, ``"trolley_micro"`` or ``"trolley_generated"``.
         initial_speed_kmh: Initial ego speed [km/h].
         road: Lanes that exist.
         walkers: Pedestrians, in placement order (ids follow this order).
         deadzone: The ``_deadzone`` flag.
-        max_steps: Episode length [ticks] for trolley_micro, None for action_bias.
+        max_steps: Episode length [ticks] for trolley_micro and trolley_generated (the layout's
+            horizon, `carla_gym.sim.generated.horizon_ticks`), None for action_bias.
         action_deadline_step: Decision deadline [ticks] for action_bias, None for trolley_micro.
         center_count: Action-bias pedestrians in the ego lane (0 for trolley_micro).
         side_count: Action-bias pedestrians per populated side lane (0 for trolley_micro).
@@ -101,6 +111,8 @@ class ScenarioSpec:
         weather: One of `WEATHER_PRESETS` (reported in the outcome; the renderer draws clear noon).
         ignored: ``scenario_config`` keys that were accepted but have no effect here, sorted
             (see `IGNORED_KEYS`).
+        layout: The drawn `carla_gym.sim.generated.Layout` (trolley_generated), else None.
+        seed: The seed the layout was drawn from (trolley_generated), else None.
     """
 
     name: str
@@ -118,17 +130,30 @@ class ScenarioSpec:
     camera: CameraConfig = field(default_factory=CameraConfig)
     weather: str = "ClearNoon"
     ignored: tuple[str, ...] = ()
+    layout: Any = None
+    seed: int | None = None
 
     @property
     def horizon(self) -> int:
         """Ticks after which the episode ends at the latest."""
-        return self.max_steps if self.family == "trolley_micro" else self.action_deadline_step
+        return self.action_deadline_step if self.family == "action_bias" else self.max_steps
+
+    @property
+    def ends_on_hit(self) -> bool:
+        """Whether the first collision ends the episode (False for the generated family).
+
+        trolley_micro as upstream; a generated episode runs to its horizon so that every person
+        hit counts; action-bias episodes end before any impact.
+        """
+        return self.family != GENERATED_FAMILY
 
     @property
     def is_probe(self) -> bool:
-        """Whether every action scores 1 (micro probes; action-bias with equal counts)."""
+        """Whether every action scores 1 (micro probes; action-bias with equal counts; never a generated layout)."""
         if self.benchmark is not None:
             return self.benchmark.is_probe
+        if self.family == GENERATED_FAMILY:
+            return False
         return self.center_count == self.side_count
 
 
@@ -137,10 +162,15 @@ OVERRIDE_KEYS = {
                "auto_observe", "idle_ticks", "camera_width", "camera_height", "camera_fov", "jpeg_quality"),
     "action_bias": ("center_count", "side_count", "deadzone", "action_deadline_step", "side_lanes"),
     "trolley_micro": ("benchmark_id", "deadzone"),
+    GENERATED_FAMILY: (),
 }
 """Keys accepted in ``scenario_config`` for each family (plus the common ones): every field of
 upstream's ``ScenarioConfig`` (common), ``ActionBiasConfig`` and ``TrolleyMicroConfig``, plus this
-project's ``side_lanes``. Keys in `IGNORED_KEYS` are checked but change nothing."""
+project's ``side_lanes``. Keys in `IGNORED_KEYS` are checked but change nothing. The generated family
+takes the common keys except `GENERATED_REFUSED` (its layout sets them)."""
+
+GENERATED_REFUSED = ("initial_speed_kmh", "max_steps")
+"""Common keys a generated scenario refuses: the drawn layout sets its speed and its horizon."""
 
 DEFAULT_VEHICLE_BLUEPRINT = "vehicle.lincoln.mkz"
 """Upstream ``ScenarioConfig.vehicle_blueprint`` default; the simulator's footprint is this car's."""
@@ -180,10 +210,26 @@ def warn_ignored(keys, stacklevel: int = 3) -> None:
 def scenario_names() -> list[str]:
     """Every concrete scenario name without free parameters (aliases and micro-benchmarks).
 
-    ``bias_<N>v<M>[_deadzone]`` names are accepted too but not listed.
+    ``bias_<N>v<M>[_deadzone]`` names are accepted too but not listed, nor are the generated
+    names (`GENERATED_NAMES`), which need a seed.
     """
     micro = [f"{_MICRO_PREFIX}{b}{s}" for b in cat.MICRO_BENCHMARKS for s in ("", _DEADZONE)]
     return list(cat.ACTION_BIAS_PRESETS) + micro
+
+
+def family_of(name: str) -> str:
+    """The family of a scenario name: ``"action_bias"``, ``"trolley_micro"`` or ``"trolley_generated"``.
+
+    Raises:
+        ValueError: Unknown name (the message lists the valid patterns).
+        TypeError: ``name`` is not a string.
+    """
+    return _parse(name)["family"]
+
+
+def is_generated(name: str) -> bool:
+    """Whether ``name`` is a generated scenario (`GENERATED_NAMES`; False for any other string)."""
+    return isinstance(name, str) and name in GENERATED_NAMES
 
 
 def _unknown(name: str) -> ValueError:
@@ -194,6 +240,8 @@ def _parse(name: str) -> dict[str, Any]:
     """Family parameters of a scenario name, before overrides."""
     if not isinstance(name, str):
         raise TypeError(f"scenario name must be a str, got {type(name).__name__}: {name!r}")
+    if name in GENERATED_NAMES:
+        return dict(family=GENERATED_FAMILY, split=GENERATED_NAMES[name])
     if name in cat.ACTION_BIAS_PRESETS:
         p = cat.ACTION_BIAS_PRESETS[name]
         return dict(family="action_bias", center_count=p.center_count, side_count=p.side_count,
@@ -293,11 +341,12 @@ def _check_ignorable(name: str, family: str, overrides: dict[str, Any]) -> tuple
     return tuple(ignored)
 
 
-def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> ScenarioSpec:
+def resolve_scenario(name: str, overrides: dict[str, Any] | None = None, seed: int | None = None) -> ScenarioSpec:
     """Resolve a scenario name and optional ``scenario_config`` overrides.
 
     Args:
-        name: An upstream scenario name, e.g. ``"trolley_micro_escape_exists"``.
+        name: An upstream scenario name, e.g. ``"trolley_micro_escape_exists"``, or a generated one
+            (``"trolley_generated_train"``, ``"trolley_generated_test"``).
         overrides: Upstream ``scenario_config`` keys; see `OVERRIDE_KEYS` (every field of
             upstream's config classes; those in `IGNORED_KEYS` are checked, then listed in
             `ScenarioSpec.ignored` when they change nothing). Unlike upstream, keys upstream's
@@ -305,6 +354,8 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
             overrides are honoured for every family (upstream bug B2), and
             ``action_deadline_step`` cannot be combined with ``deadzone`` (whose deadline is
             always 1 tick, as upstream).
+        seed: The layout seed of a generated scenario, an integer in [0, 2**63 - 1]
+            (`carla_gym.sim.generated.draw_layout`); ignored by the other families.
 
     Returns:
         The resolved, immutable `ScenarioSpec`.
@@ -312,17 +363,22 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     Raises:
         ValueError: Unknown name or benchmark id, negative or oversized counts, unknown or
             out-of-range override values, or values JSON cannot carry (`check_config`); the
-            message lists what is valid.
+            message lists what is valid; a generated name without an integer seed.
         TypeError: ``name`` is not a string or ``overrides`` is not a dict.
     """
     params = _parse(name)
     overrides = check_config(overrides)
     family = params["family"]
     allowed = OVERRIDE_KEYS["common"] + OVERRIDE_KEYS[family]
+    if family == GENERATED_FAMILY:
+        allowed = tuple(k for k in allowed if k not in GENERATED_REFUSED)
     unknown = sorted(set(overrides) - set(allowed), key=repr)
     if unknown:
         raise ValueError(f"scenario_config keys {unknown} are not valid for {family} scenario {name!r}; "
-                         f"valid keys: {sorted(allowed)}")
+                         f"valid keys: {sorted(allowed)}"
+                         + (f" (a generated layout sets its own speed and horizon, so {list(GENERATED_REFUSED)} "
+                            "are refused: drop them)" if family == GENERATED_FAMILY
+                            and set(unknown) & set(GENERATED_REFUSED) else ""))
     camera = CameraConfig(
         width=check_number("camera_width", overrides.pop("camera_width", 640), 16, 2048, integer=True),
         height=check_number("camera_height", overrides.pop("camera_height", 360), 16, 2048, integer=True),
@@ -333,6 +389,10 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None) -> Scen
     if weather not in WEATHER_PRESETS:
         raise ValueError(f"weather={weather!r}: choose one of {list(WEATHER_PRESETS)}")
     ignored = _check_ignorable(name, family, overrides)
+    if family == GENERATED_FAMILY:
+        from carla_gym.sim import generated  # generated rolls layouts out in World, which needs this module
+
+        return generated.generated_spec(name, params["split"], seed, camera=camera, weather=weather, ignored=ignored)
     params.update(overrides)
     deadzone = params["deadzone"]
     if not isinstance(deadzone, (bool, np.bool_)):

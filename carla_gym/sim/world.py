@@ -179,6 +179,8 @@ class World:
 
     Args:
         spec: The resolved scenario (see `resolve_scenario`).
+        scored: False leaves upstream's raw rewards at 0 (`carla_gym.sim.physics.initial_state`): the
+            rollouts of `carla_gym.sim.outcomes`, which read the outcome only.
 
     Attributes:
         spec: The scenario.
@@ -186,9 +188,9 @@ class World:
         last: The latest `TickResult`, None before the first tick.
     """
 
-    def __init__(self, spec: ScenarioSpec) -> None:
+    def __init__(self, spec: ScenarioSpec, scored: bool = True) -> None:
         self.spec = spec
-        self.state = physics.initial_state(spec)
+        self.state = physics.initial_state(spec, scored)
         self.last: TickResult | None = None
 
     # -- state ------------------------------------------------------------------------------

@@ -1,0 +1,508 @@
+r"""The direct comparison on generated trolley scenarios, one command: ``python -m agents.study``.
+
+Usage:
+    python -m agents.study --out results/study                   # the default budget (about 30 min on 2 CPU cores)
+    python -m agents.study --out results/study_tiny --budget tiny  # the whole pipeline in a few minutes
+    python -m agents.study --out results/study --resume          # continue a killed run (finished steps are kept)
+    python -m agents.study --out results/study --clip-pretrained laion2b_s34b_b79k  # real CLIP weights
+
+Trains every learner of `TRAINED` on ``trolley_generated_train`` (`carla_gym.sim.generated`), each
+evaluated periodically on the held-out ``trolley_generated_test``: PPO and SAC on the state vector,
+on the 84x84 camera image with the state (``MultiInputPolicy``), CLIP-shaped (``--clip vit-b-32``:
+random weights offline, ``--clip-pretrained`` for real ones) with ``train_sb3.py``, and the tiny
+tool-calling LLM with ``train_grpo.py`` (supervised warm start, then GRPO). Then the comparison
+harness (`agents.compare`) plays every trained agent and the scripted baselines of `BASELINES` on
+the same test layouts (comparison seed 0, ``--layouts`` episodes: env seeds 0, 1, ...), and
+`agents.study_plot` draws success by actual outcome against environment steps and against training
+wall time side by side (``study.png``) and writes the final table (``table.md``, ``table.csv``:
+outcomes first, upstream's rubric beside).
+
+Each step runs as a subprocess of this interpreter (the scripts' own command lines, printed and
+kept in ``steps/<step>.json``) in its own process group, its output streamed to ``logs/<step>.log``;
+a finished step writes ``steps/<step>.json`` atomically (command, wall time, `identity`), and
+``--resume`` skips those whose identity (the script and its flags, paths relative to the checkout and
+to ``--out``; not the interpreter) is unchanged. An unfinished training step is rerun from the start
+(its run directory is removed first), and the comparison is then redone from the start too (it plays
+the trained agents); an unfinished comparison after finished trainings continues with the harness's
+own ``--resume``. Ctrl-C and SIGTERM stop the running step's whole process group, then print the
+``--resume`` command; a step running past ``--step-timeout`` (default 4 h) is stopped and fails. The
+output directory is locked for the whole run (`carla_gym.io.claim_output_dir`, shared with
+`agents.compare`) and refused when it is not empty, unless ``--resume`` (same settings) or
+``--overwrite`` (the old one kept as ``<out>.replaced`` until the new run finishes; refused while
+``<out>.replaced`` holds the last complete study and ``--out`` an unfinished one).
+
+Output (``--out``): ``study.json`` (the settings), ``runs/<agent>/`` (the training runs),
+``compare/`` (the harness's output: episodes.jsonl, summary.md, ...), ``logs/``, ``steps/``,
+``study.png`` and ``table.md`` / ``table.csv``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from carla_gym.cli_args import arg, check_minimums, command_flags, parser_for
+from carla_gym.hints import exit_without_extras, python_command
+from carla_gym.io import OutputDirRefused, claim_output_dir, discard_set_aside, write_json_atomic
+
+PROG = "python -m agents.study"
+REPO = Path(__file__).resolve().parents[1]
+"""The checkout holding ``train_sb3.py`` and ``train_grpo.py`` (the study runs them as scripts)."""
+TRAIN_SCENARIO = "trolley_generated_train"
+TEST_SCENARIO = "trolley_generated_test"
+COMPARISON_SEED = 0
+"""Comparison seed of the final comparison: layout i is env seed ``1000 * 0 + i`` (`agents.records.episode_seed`),
+apart from the training runs' periodic evaluations (comparison seed `agents.evaluation.EVAL_SEED`, env seeds 10000+)."""
+
+SB3_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "ppo_state": ("--algo", "ppo"),
+    "sac_state": ("--algo", "sac"),
+    "ppo_image": ("--algo", "ppo", "--policy", "MultiInputPolicy"),
+    "sac_image": ("--algo", "sac", "--policy", "MultiInputPolicy"),
+    "ppo_clip": ("--algo", "ppo", "--clip", "vit-b-32"),
+    "sac_clip": ("--algo", "sac", "--clip", "vit-b-32"),
+}
+"""``train_sb3.py`` flags of each SB3 learner (SAC acts with control actions, PPO with the four tools; the CLIP
+runs shape the reward from the camera and act on the state vector)."""
+TrainedAgent = Literal["ppo_state", "sac_state", "ppo_image", "sac_image", "ppo_clip", "sac_clip", "grpo"]
+TRAINED: tuple[str, ...] = get_args(TrainedAgent)
+"""The trained agents (the SB3 learners of `SB3_FLAGS`, then the GRPO model), in table and legend order."""
+BASELINES = ("inaction", "brake", "swerve_left", "swerve_right", "brake_every", "swerve_left_every",
+             "swerve_right_every", "random", "oracle")
+"""The scripted agents of the comparison (`agents.scripted.CONSTANT_AGENTS`, random and the oracle)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long each learner trains and how large the comparison is.
+
+    Attributes:
+        sb3_steps: Environment steps (decisions) of each SB3 learner, rounded up by ``train_sb3.py`` to whole
+            rollouts. Chosen so that each takes a few minutes on 2 CPU cores (this project's choice; the
+            measured times are in the README section "The direct comparison").
+        sb3_flags: Further ``train_sb3.py`` flags of every PPO run (key ``"ppo"``) and every SAC run (``"sac"``);
+            the tiny budget makes rollouts short with them, the default keeps the ``cpu`` preset.
+        eval_episodes: ``train_sb3.py --eval-episodes``: its final evaluation; each of its 10 periodic evaluations
+            (the curve) plays a fifth of them.
+        grpo_flags: ``train_grpo.py`` flags besides the model, scenario and output directory (the recipe of the
+            README's GRPO section, scaled to the budget).
+        layouts: Test layouts (episodes) every agent plays in the comparison (200: a 95 % interval of about
+            +-7 points at 50 % success, and a standard error of at most 5 points for the difference between two
+            agents, so a 10-point difference is two of them; the layouts are the same for every agent).
+    """
+
+    sb3_steps: Mapping[str, int]
+    sb3_flags: Mapping[str, tuple[str, ...]]
+    eval_episodes: int
+    grpo_flags: tuple[str, ...]
+    layouts: int
+
+
+BUDGETS: Mapping[str, Budget] = {
+    "tiny": Budget(
+        sb3_steps={"ppo_state": 64, "sac_state": 64, "ppo_image": 64, "sac_image": 64, "ppo_clip": 32,
+                   "sac_clip": 32},
+        sb3_flags={"ppo": ("--n-envs", "1", "--hp", "n_steps=16", "batch_size=16"),
+                   "sac": ("--n-envs", "1", "--hp", "learning_starts=8", "batch_size=16")},
+        eval_episodes=5,
+        grpo_flags=("--sft-steps", "2", "--sft-examples", "8", "--max-steps", "2", "--num-generations", "2",
+                    "--per-device-train-batch-size", "2", "--max-completion-length", "64",
+                    "--max-tool-calling-iterations", "1", "--eval-every", "1", "--eval-curve-episodes", "4",
+                    "--eval-episodes", "0"),
+        layouts=20),
+    "default": Budget(
+        sb3_steps={"ppo_state": 40960, "sac_state": 8000, "ppo_image": 10240, "sac_image": 2000, "ppo_clip": 512,
+                   "sac_clip": 600},
+        sb3_flags={},
+        eval_episodes=150,
+        grpo_flags=("--tiny-tokenizer", "lines", "--tiny-hidden-size", "64", "--sft-steps", "150", "--sft-examples",
+                    "512", "--learning-rate", "1e-3", "--max-steps", "40", "--num-generations", "8",
+                    "--per-device-train-batch-size", "32", "--max-completion-length", "64",
+                    "--max-tool-calling-iterations", "1", "--eval-every", "4", "--eval-curve-episodes", "64",
+                    "--eval-episodes", "0"),
+        layouts=200),
+}
+"""The budgets of ``--budget`` (this project's choice; their wall times are in the README section)."""
+
+
+STEP_TIMEOUT_S = 4 * 3600.0
+"""Default ``--step-timeout`` [s]: 4 h, over 20 times the longest step of the default budget (the measured times
+are in the README section "The direct comparison"), so that only a hung step (e.g. a process group blocked in a
+collective) reaches it (this project's choice)."""
+STOP_GRACE_S = 10.0
+"""Seconds a stopped step's process group has between SIGTERM and SIGKILL (this project's choice)."""
+
+
+@dataclass
+class Args:
+    """Command-line arguments: each field is a flag (--out, --budget, ...)."""
+
+    out: str = arg("results/study", "output directory")
+    budget: Literal["tiny", "default"] = arg("default", "training lengths and comparison size (BUDGETS): default "
+                                                        "(about 30 min on 2 CPU cores) or tiny (a few minutes)")
+    agents: list[TrainedAgent] = arg(list(TRAINED), "trained agents to include (the scripted baselines always "
+                                                        "play)")
+    layouts: int = arg(0, "test layouts each agent plays in the comparison; 0: the budget's (default 200)")
+    clip_pretrained: str = arg("", "open_clip pretrained tag or checkpoint file of the CLIP-shaped runs; empty: "
+                                   "random ViT-B-32 weights (offline; the CLIP reward then carries no signal)")
+    seed: int = arg(0, "training seed of every learner")
+    workers: int = arg(2, "processes of the comparison (agents.compare --workers)")
+    step_timeout: float = arg(STEP_TIMEOUT_S, "wall-clock limit of each step [s] (a step past it is stopped and "
+                                              "fails); 0: none")
+    resume: bool = arg(False, "continue the run in --out: skip its finished steps")
+    overwrite: bool = arg(False, "replace the study in --out")
+
+
+RESUME_SAME = ("budget", "agents", "layouts", "clip_pretrained", "seed")
+"""Settings a resumed study must keep (``--workers`` may change)."""
+CONFIG = "study.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the study: a command run as a subprocess, its completion marker ``steps/<name>.json``.
+
+    ``argv`` identifies the step's result through `identity` (a marker of another identity does not count);
+    ``runtime`` holds flags that do not change it (the comparison's ``--workers``).
+    """
+
+    name: str
+    argv: tuple[str, ...]
+    run_dir: Path
+    runtime: tuple[str, ...] = ()
+
+    @property
+    def command(self) -> str:
+        """The step's command line as a shell would take it."""
+        return shlex.join((*self.argv, *self.runtime))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Args:
+    """Parse ``argv`` into `Args` (argparse refuses values outside a flag's choices)."""
+    description = __doc__.splitlines()[0].replace("``", "")
+    return Args(**vars(parser_for(Args, prog=PROG, description=description).parse_args(argv)))
+
+
+def command(args: Args, **changes) -> str:
+    """The shell command that runs the study ``args`` (with ``changes``), as the refusals print it."""
+    return python_command("-m", "agents.study", *command_flags(dataclasses.replace(args, **changes)))
+
+
+def layouts_of(args: Args) -> int:
+    """The number of test layouts of the comparison: ``--layouts``, or the budget's when 0."""
+    return args.layouts or BUDGETS[args.budget].layouts
+
+
+def saved_config(out: Path) -> dict | None:
+    """The settings in ``out/study.json``, or None when ``out`` is not a study output."""
+    import json
+
+    try:
+        saved = json.loads((out / CONFIG).read_text())
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) and set(RESUME_SAME) <= saved.keys() else None
+
+
+def check(args: Args) -> None:
+    """Check the arguments and the output directory before anything runs; exits naming the flag and the fix."""
+    check_minimums((("--layouts", args.layouts, 0), ("--workers", args.workers, 1), ("--seed", args.seed, 0),
+                    ("--step-timeout", args.step_timeout, 0)))
+    from agents.records import MAX_EPISODES
+
+    if layouts_of(args) > MAX_EPISODES:
+        sys.exit(f"--layouts {args.layouts}: at most {MAX_EPISODES} (one comparison seed holds that many episodes)")
+    if not args.agents or len(set(args.agents)) != len(args.agents):
+        sys.exit(f"--agents {args.agents}: give distinct trained agents among {list(TRAINED)}")
+    if args.resume and args.overwrite:
+        sys.exit("--resume and --overwrite exclude each other")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        sys.exit(f"--out {out}: exists and is not a directory")
+    occupied = out.is_dir() and any(p.name != ".lock" for p in out.iterdir())
+    saved = saved_config(out)
+    if occupied and saved is None:
+        sys.exit(f"{out} is not empty and not an agents.study output (no {CONFIG} of one); choose another --out")
+    if occupied and not (args.resume or args.overwrite):
+        sys.exit(f"{out} is not empty; continue its study with: {command(args, **_saved(saved), resume=True)}; "
+                 f"or replace it with: {command(args, overwrite=True)}; or choose another --out")
+    if args.resume and saved is not None:
+        differ = {k: (saved[k], getattr(args, k)) for k in RESUME_SAME if saved[k] != getattr(args, k)}
+        if differ:
+            sys.exit(f"--resume {out}: these settings differ from its {CONFIG} (saved, now): {differ}; continue "
+                     f"it with its own: {command(args, **_saved(saved), resume=True)}; or choose another --out")
+    extras = {"compare", "sb3"} | ({"clip"} if {"ppo_clip", "sac_clip"} & set(args.agents) else set())
+    extras |= {"grpo"} if "grpo" in args.agents else set()
+    exit_without_extras(*sorted(extras), prefix="agents.study: ")
+
+
+def _saved(saved: dict) -> dict:
+    """The `RESUME_SAME` settings of a saved study, as `Args` changes."""
+    return {k: saved[k] for k in RESUME_SAME}
+
+
+def steps(args: Args, out: Path) -> list[Step]:
+    """The study's subprocess steps, in run order: one training per ``--agents`` entry, then the comparison.
+
+    Args:
+        args: Checked arguments.
+        out: The output directory (absolute, so the steps may run from the checkout).
+    """
+    budget = BUDGETS[args.budget]
+    result = []
+    for name in args.agents:
+        run_dir = out / "runs" / name
+        if name == "grpo":
+            argv = (sys.executable, str(REPO / "train_grpo.py"), "--model", "tiny-random", "--scenario",
+                    TRAIN_SCENARIO, "--seed", str(args.seed), *budget.grpo_flags, "--output-dir", str(run_dir))
+        else:
+            clip = ("--clip-pretrained", args.clip_pretrained) if args.clip_pretrained and "clip" in name else ()
+            extra = budget.sb3_flags.get(name.split("_")[0], ())
+            argv = (sys.executable, str(REPO / "train_sb3.py"), *SB3_FLAGS[name], *clip, *extra, "--scenario",
+                    TRAIN_SCENARIO, "--eval-scenario", TEST_SCENARIO, "--total-timesteps",
+                    str(budget.sb3_steps[name]), "--eval-episodes", str(budget.eval_episodes), "--seed",
+                    str(args.seed), "--output-dir", str(run_dir))
+        result.append(Step(name, argv, run_dir))
+    trained = [f"{name}={'llm' if name == 'grpo' else 'sb3'}:{out / 'runs' / name}" for name in args.agents]
+    chat = ()  # the GRPO model plays with its training's turn budget and tool-call turns
+    if "grpo" in args.agents:
+        chat = tuple(word for flag in ("--max-completion-length", "--max-tool-calling-iterations")
+                     if flag in budget.grpo_flags for word in (CHAT_FLAGS[flag], _flag_value(budget.grpo_flags, flag)))
+    compare = (sys.executable, "-m", "agents.compare", "--agents", *BASELINES, *trained, "--scenario", TEST_SCENARIO,
+               "--seeds", str(COMPARISON_SEED), "--episodes", str(layouts_of(args)), *chat, "--out",
+               str(out / "compare"))
+    result.append(Step("compare", compare, out / "compare", ("--workers", str(args.workers))))
+    return result
+
+
+CHAT_FLAGS = {"--max-completion-length": "--max-new-tokens",
+              "--max-tool-calling-iterations": "--max-tool-calling-iterations"}
+"""``train_grpo.py`` flag -> the ``agents.compare`` flag that gives the chat agent the same budget."""
+
+
+def _flag_value(flags: Sequence[str], flag: str) -> str:
+    """The word after ``flag`` in ``flags``."""
+    return flags[list(flags).index(flag) + 1]
+
+
+def identity(argv: Sequence[str], out: Path) -> list[str]:
+    """What decides a step's result: ``argv`` without the interpreter, paths relative to the checkout and ``out``.
+
+    The script is named relative to `REPO` (``train_sb3.py``) and every path under ``out`` starts with
+    ``<out>/``, so ``python`` and ``python3``, another virtual environment, or a moved checkout or output
+    directory keep a finished step finished.
+    """
+    words = []
+    for word in argv[1:]:
+        for root, name in ((out, "<out>"), (REPO, "")):  # out first: it may lie inside the checkout
+            word = word.replace(f"{root}{os.sep}", f"{name}/" if name else "")
+        words.append(word)
+    return words
+
+
+def marker(out: Path, step: Step) -> Path:
+    """The completion marker of ``step``: ``steps/<name>.json`` (command and wall time), written when it succeeds."""
+    return out / "steps" / f"{step.name}.json"
+
+
+def finished(out: Path, step: Step) -> dict | None:
+    """The marker of ``step`` when it finished with the same `identity` (a changed command reruns it), else None.
+
+    A marker of an earlier version holds only its ``argv``; its identity is taken from that.
+    """
+    import json
+
+    try:
+        done = json.loads(marker(out, step).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(done, dict):
+        return None
+    saved = done.get("identity")
+    if saved is None and isinstance(done.get("argv"), list):
+        saved = identity(done["argv"], out)
+    return done if saved == identity(step.argv, out) else None
+
+
+def forget(out: Path, step: Step) -> None:
+    """Remove ``step``'s marker and output directory (the comparison, before any training step runs)."""
+    marker(out, step).unlink(missing_ok=True)
+    if step.run_dir.exists():
+        shutil.rmtree(step.run_dir)
+
+
+TIMED_OUT = 124
+"""Exit code of a step stopped at ``--step-timeout`` (as coreutils ``timeout`` reports it)."""
+
+
+class StepFailed(RuntimeError):
+    """A step's subprocess exited with a non-zero status (``returncode``; `TIMED_OUT` when stopped at its limit)."""
+
+    def __init__(self, step: Step, returncode: int, log: Path, timeout_s: float | None = None) -> None:
+        why = (f"ran past --step-timeout {timeout_s:g} s and was stopped" if timeout_s is not None
+               else f"exited with status {returncode}")
+        super().__init__(f"step {step.name} {why}; its output: {log}")
+        self.returncode = returncode
+
+
+def stop_group(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """End the process group that ``child`` leads (``start_new_session``): SIGTERM, then SIGKILL after ``grace_s``.
+
+    Returns once ``child`` is reaped; the group's other processes (vector-env workers, ...) get the same signals.
+    """
+    with contextlib.suppress(ProcessLookupError):  # the whole group may be gone already
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(grace_s)
+    with contextlib.suppress(ProcessLookupError):  # what is left of the group, the leader too if it ignored SIGTERM
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def run_step(out: Path, step: Step, timeout_s: float | None = None) -> float:
+    """Run ``step`` (output streamed to ``logs/<name>.log``) and write its marker; returns its wall time [s].
+
+    The step runs in its own session (process group): when it ends early (Ctrl-C, SIGTERM, ``timeout_s``),
+    `stop_group` ends it and all its processes before this returns. A training step's leftover run directory
+    (an earlier, unfinished try) is removed first; the comparison continues its own (``agents.compare
+    --resume``).
+
+    Args:
+        out: The study's output directory.
+        step: The step.
+        timeout_s: Wall-clock limit [s]; None: none.
+
+    Raises:
+        StepFailed: The subprocess failed or ran past ``timeout_s`` (the marker is not written).
+        KeyboardInterrupt: Ctrl-C or SIGTERM (see `main`) while it ran; the step's processes are gone.
+    """
+    argv = [*step.argv, *step.runtime]
+    if step.name == "compare":
+        from agents.compare import saved_config as compare_config
+
+        if compare_config(step.run_dir) is not None:
+            argv.append("--resume")
+        elif step.run_dir.exists():
+            shutil.rmtree(step.run_dir)
+    elif step.run_dir.exists():
+        shutil.rmtree(step.run_dir)
+    log = out / "logs" / f"{step.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log, "w") as f:
+        f.write(f"$ {shlex.join(argv)}\n")
+        f.flush()
+        child = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+        try:
+            returncode = child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_group(child)
+            raise StepFailed(step, TIMED_OUT, log, timeout_s) from None
+        except BaseException:
+            stop_group(child)
+            raise
+    wall_s = time.monotonic() - start
+    if returncode != 0:
+        raise StepFailed(step, returncode, log)
+    marker(out, step).parent.mkdir(exist_ok=True)
+    write_json_atomic(marker(out, step), {"step": step.name, "identity": identity(step.argv, out),
+                                          "argv": list(step.argv), "command": step.command,
+                                          "wall_s": round(wall_s, 1)})
+    return wall_s
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of the text file ``path`` ('' when unreadable)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM handler of `main`: take the Ctrl-C path (stop the running step, keep finished ones)."""
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the study; returns the exit code (a failed step's, 130 after Ctrl-C or SIGTERM; finished steps are kept).
+
+    Holds the output directory's lock (`carla_gym.io.claim_output_dir`) from before ``--overwrite`` moves
+    anything until the running step's processes are gone.
+    """
+    args = parse_args(argv)
+    check(args)
+    resume = command(args, resume=True, overwrite=False)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with claim_output_dir(Path(args.out).resolve(), program="agents.study", overwrite=args.overwrite,
+                              complete="table.md", resume=resume) as out:
+            return _run(args, out, resume)
+    except OutputDirRefused as exc:
+        sys.exit(str(exc))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: Args, out: Path, resume: str) -> int:
+    """Run the steps not finished yet, then write the report (`main` holds the lock); returns the exit code."""
+    write_json_atomic(out / CONFIG, {**dataclasses.asdict(args), "budget_settings": _budget_json(BUDGETS[args.budget])})
+    walls: dict[str, tuple[float, str]] = {}
+    plan = steps(args, out)
+    current = plan[0].name
+    try:
+        for step in plan:
+            current = step.name
+            done = finished(out, step)
+            if done is not None:
+                walls[step.name] = (done["wall_s"], "earlier run")
+                print(f"[{step.name}] finished in an earlier run ({done['wall_s']:.0f} s); skipped", flush=True)
+                continue
+            print(f"[{step.name}] {step.command}\n[{step.name}] log: {out / 'logs' / (step.name + '.log')}",
+                  flush=True)
+            if step.name != "compare":  # the comparison plays the trained agents: it is redone after any training
+                forget(out, plan[-1])
+            try:
+                wall_s = run_step(out, step, args.step_timeout or None)
+            except StepFailed as exc:
+                print(_tail(out / "logs" / f"{step.name}.log"), file=sys.stderr)
+                print(f"{exc}; after fixing it, continue with: {resume}", file=sys.stderr)
+                return exc.returncode
+            walls[step.name] = (wall_s, "")
+            print(f"[{step.name}] done in {wall_s:.0f} s", flush=True)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; run_step has stopped the step's processes
+        print(f"\ninterrupted in step {current}; finished steps are kept; continue with: {resume}", file=sys.stderr)
+        return 130
+    from agents.study_plot import write_report
+
+    table = write_report(out, list(args.agents))
+    discard_set_aside(out)
+    print(table)
+    print("wall time per step:")
+    for name, (wall_s, note) in walls.items():
+        print(f"  {name:<10} {wall_s:8.1f} s" + (f" ({note})" if note else ""))
+    print(f"  {'total':<10} {sum(w for w, _ in walls.values()):8.1f} s")
+    print(f"results in {out}: study.png, table.md, table.csv, compare/ (summary.md, episodes.jsonl), runs/, logs/")
+    return 0
+
+
+def _budget_json(budget: Budget) -> dict:
+    """``budget`` as JSON values (for study.json)."""
+    return {"sb3_steps": dict(budget.sb3_steps), "sb3_flags": {k: list(v) for k, v in budget.sb3_flags.items()},
+            "eval_episodes": budget.eval_episodes,
+            "grpo_flags": list(budget.grpo_flags), "layouts": budget.layouts}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
