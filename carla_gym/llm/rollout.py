@@ -124,7 +124,6 @@ class TransformersChat:
             One assistant message per conversation (``"parse_failed": True`` as in ``__call__``).
         """
         import torch
-        from trl.chat_template_utils import parse_response
 
         if not conversations:
             return []
@@ -135,44 +134,46 @@ class TransformersChat:
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.model.device)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
                                       device=self.model.device)
-        kwargs = {"do_sample": self.do_sample, "max_new_tokens": self.max_new_tokens, "pad_token_id": pad}
-        if self.do_sample:
-            kwargs["temperature"] = self.temperature
         with torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        replies = []
-        for prompt_ids, row in zip(prompts, out[:, width:].tolist(), strict=True):
-            while row and row[-1] == pad:
-                row.pop()
-            reply = parse_response(self.tokenizer, row, prefix=list(prompt_ids), tools=tools)
-            if unparsed_tool_call(reply, self.tokenizer.decode(row, skip_special_tokens=False)):
-                reply["parse_failed"] = True
-            replies.append(reply)
-        return replies
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **self._generate_kwargs())
+        return [self._reply(list(prompt_ids), row, tools)
+                for prompt_ids, row in zip(prompts, out[:, width:].tolist(), strict=True)]
 
-    def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
-        """One assistant turn for ``messages`` with ``tools`` in the system prompt."""
-        import torch
-        from trl.chat_template_utils import parse_response
-
-        inputs = self.processing_class.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-            chat_template=self.chat_template, **self.chat_template_kwargs)
-        inputs = {k: v.to(self.model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+    def _generate_kwargs(self) -> dict:
+        """``model.generate`` settings: greedy or sampled, the turn's token budget, the pad token."""
         kwargs = {"do_sample": self.do_sample, "max_new_tokens": self.max_new_tokens,
                   "pad_token_id": self.tokenizer.pad_token_id}
         if self.do_sample:
             kwargs["temperature"] = self.temperature
-        with torch.no_grad():
-            out = self.model.generate(**inputs, **kwargs)
-        prompt_ids = inputs["input_ids"][0].tolist()
-        ids = out[0, len(prompt_ids):].tolist()
+        return kwargs
+
+    def _reply(self, prompt_ids: list[int], ids: list[int], tools: list[Callable]) -> dict:
+        """The assistant message of generated ``ids``: trailing padding dropped, TRL's parser.
+
+        ``"parse_failed": True`` marks tool-call text that did not parse.
+        """
+        from trl.chat_template_utils import parse_response
+
+        ids = list(ids)
         while ids and ids[-1] == self.tokenizer.pad_token_id:
             ids.pop()
         reply = parse_response(self.tokenizer, ids, prefix=prompt_ids, tools=tools)
         if unparsed_tool_call(reply, self.tokenizer.decode(ids, skip_special_tokens=False)):
             reply["parse_failed"] = True
         return reply
+
+    def __call__(self, messages: list[dict], tools: list[Callable]) -> dict:
+        """One assistant turn for ``messages`` with ``tools`` in the system prompt."""
+        import torch
+
+        inputs = self.processing_class.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
+            chat_template=self.chat_template, **self.chat_template_kwargs)
+        inputs = {k: v.to(self.model.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        with torch.no_grad():
+            out = self.model.generate(**inputs, **self._generate_kwargs())
+        prompt_ids = inputs["input_ids"][0].tolist()
+        return self._reply(prompt_ids, out[0, len(prompt_ids):].tolist(), tools)
 
 
 def play_episode(chat: ChatPolicy, env: CarlaToolEnv | NavToolEnv, scenario: str, seed: int,
@@ -204,19 +205,10 @@ def play_episode(chat: ChatPolicy, env: CarlaToolEnv | NavToolEnv, scenario: str
     tools = {t.__name__: t for t in tool_methods(env)}
     turns = 0
     for iteration in range(max_tool_calling_iterations + 1):
-        reply = chat(messages, list(tools.values()))
         turns += 1
-        env.parse_failures += bool(reply.pop("parse_failed", False))
-        messages.append(reply)
-        calls = reply.get("tool_calls") or []
-        if not calls or iteration == max_tool_calling_iterations:
+        if not _take_turn(env, tools, messages, chat(messages, list(tools.values())),
+                          last=iteration == max_tool_calling_iterations):
             break
-        for call in calls:
-            name, result = _run_call(env, tools, call)
-            message = {"role": "tool", "name": name, "content": result}
-            if call.get("id"):  # OpenAI-style endpoints match results to calls by id
-                message["tool_call_id"] = call["id"]
-            messages.append(message)
     reward = env._finish()
     if navigation:
         outcome = env.outcome or {"termination": UNFINISHED}
@@ -272,15 +264,8 @@ def play_episodes(chat: TransformersChat, envs: list[CarlaToolEnv], scenario: st
         still = []
         for i, reply in zip(active, replies, strict=True):
             turns[i] += 1
-            envs[i].parse_failures += bool(reply.pop("parse_failed", False))
-            conversations[i].append(reply)
-            calls = reply.get("tool_calls") or []
-            if not calls or iteration == max_tool_calling_iterations:
-                continue
-            for call in calls:
-                name, result = _run_call(envs[i], tools[i], call)
-                conversations[i].append({"role": "tool", "name": name, "content": result})
-            still.append(i)
+            if _take_turn(envs[i], tools[i], conversations[i], reply, last=iteration == max_tool_calling_iterations):
+                still.append(i)
         active = still
     records = []
     for env, seed, n in zip(envs, seeds, turns, strict=True):
@@ -289,6 +274,30 @@ def play_episodes(chat: TransformersChat, envs: list[CarlaToolEnv], scenario: st
                         "actions": list(env.actions), "tool_calls": list(env.calls),
                         "tool_failures": len(env.failures), "parse_failures": env.parse_failures, "turns": n})
     return records
+
+
+def _take_turn(env: CarlaToolEnv | NavToolEnv, tools: dict[str, Callable], messages: list[dict], reply: dict,
+               last: bool) -> bool:
+    """Record one assistant ``reply`` in ``messages`` and run its tool calls (not on the ``last`` turn).
+
+    Counts a parse failure on ``env``; each tool result is appended as a tool message (with the call's
+    ``tool_call_id`` when it has one: OpenAI-style endpoints match results to calls by id).
+
+    Returns:
+        Whether the conversation goes on (the reply called tools and this was not the last turn).
+    """
+    env.parse_failures += bool(reply.pop("parse_failed", False))
+    messages.append(reply)
+    calls = reply.get("tool_calls") or []
+    if not calls or last:
+        return False
+    for call in calls:
+        name, result = _run_call(env, tools, call)
+        message = {"role": "tool", "name": name, "content": result}
+        if call.get("id"):
+            message["tool_call_id"] = call["id"]
+        messages.append(message)
+    return True
 
 
 def _run_call(env: CarlaToolEnv, tools: dict[str, Callable], call: dict) -> tuple[str, Any]:

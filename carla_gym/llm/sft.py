@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from carla_gym.llm.prompts import user_prompt
+from carla_gym.llm.prompts import episode_rows, user_prompt
 from carla_gym.llm.rollout import append_observation
 from carla_gym.llm.tools import CarlaToolEnv, tool_methods
 
@@ -151,17 +151,15 @@ def sft_dataset(processing_class, scenarios: Sequence[str], size: int, seed: int
     Raises:
         ValueError: No scenarios or ``size < 1``.
     """
-    if not scenarios:
-        raise ValueError("scenarios=[]: give at least one scenario name")
-    if size < 1:
-        raise ValueError(f"size={size!r}: need at least one transcript")
+    episodes = episode_rows(scenarios, size, seed)  # GRPO's rule: transcript i plays scenario i mod len, seed + i
     choices = np.random.default_rng(seed).integers(len(TOOL_CHOICES), size=size)
     template = training_template(processing_class)
     rows: dict[str, list] = {"input_ids": [], "labels": [], "tool": []}
     with CarlaToolEnv(ticks_per_action=ticks_per_action) as env:
         tools = tool_methods(env)
-        for i, choice in enumerate(choices.tolist()):
-            messages = transcript(env, scenarios[i % len(scenarios)], seed + i, choice)
+        for scenario, episode_seed, choice in zip(episodes["scenario"], episodes["seed"], choices.tolist(),
+                                                  strict=True):
+            messages = transcript(env, scenario, episode_seed, choice)
             ids, labels = transcript_ids(processing_class, messages, tools, template, chat_template_kwargs)
             rows["input_ids"].append(ids)
             rows["labels"].append(labels)
