@@ -25,7 +25,7 @@ def commands() -> dict[str, EntryPoint]:
 def usage() -> str:
     """The usage text: ``serve`` and every installed command."""
     lines = ["usage: carla-gym serve [--host HOST] [--port PORT] [--max-sessions N] [--scenario NAME] "
-             "[--session-timeout S]"]
+             "[--session-timeout S] [--web]"]
     lines += [f"       carla-gym {name} [options] (carla-gym {name} --help lists every option)" for name in commands()]
     return "\n".join(lines)
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         from carla_gym.hints import exit_without_extras
 
         exit_without_extras("server")
-        from carla_gym.server import main as serve
+        from carla_gym.server.cli import main as serve
 
         serve(argv[1:])
         return

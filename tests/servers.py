@@ -72,9 +72,9 @@ class _Records(logging.Handler):
 
 
 class ServerThread:
-    """`carla_gym.openenv.server.create_server_app` under uvicorn in a daemon thread of this process.
+    """`carla_gym.server.app.create_server_app` under uvicorn in a daemon thread of this process.
 
-    The same app and uvicorn as ``python -m carla_gym.server`` (`carla_gym.server.main`), without
+    The same app and uvicorn as ``python -m carla_gym.server`` (`carla_gym.server.cli.main`), without
     the process start. Use as a context manager, or call `start` and `stop`.
 
     Args:
@@ -102,7 +102,7 @@ class ServerThread:
         """
         import uvicorn
 
-        from carla_gym.openenv.server import create_server_app
+        from carla_gym.server.app import create_server_app
 
         app = create_server_app("trolley_saves", self.max_sessions, self.session_timeout)
         # log_config=None: uvicorn's records reach the root logger (pytest shows them, `log` keeps them)

@@ -27,9 +27,14 @@ COLUMNS = "100"
 # The command each file with an argument parser is reached by; a new command line must be added here.
 COMMANDS = {
     "carla-gym": (["-m", "carla_gym.cli", "--help"], "carla_gym/cli.py"),
-    "carla-gym serve": (["-m", "carla_gym.cli", "serve", "--help"], "carla_gym/server.py"),
-    "python -m carla_gym.server": (["-m", "carla_gym.server", "--help"], "carla_gym/server.py"),
+    "carla-gym serve": (["-m", "carla_gym.cli", "serve", "--help"], "carla_gym/server/cli.py"),
+    "python -m carla_gym.server": (["-m", "carla_gym.server", "--help"], "carla_gym/server/cli.py"),
     "carla-gym compare": (["-m", "carla_gym.cli", "compare", "--help"], "agents/compare.py"),
+    "carla-gym package": (["-m", "carla_gym.cli", "package", "--help"], "carla_gym/server/package.py"),
+    "python -m carla_gym.server.package": (["-m", "carla_gym.server.package", "--help"],
+                                           "carla_gym/server/package.py"),
+    "carla-gym collect": (["-m", "carla_gym.cli", "collect", "--help"], "carla_gym/collect.py"),
+    "python -m carla_gym.collect": (["-m", "carla_gym.collect", "--help"], "carla_gym/collect.py"),
     "python -m agents.compare": (["-m", "agents.compare", "--help"], "agents/compare.py"),
     "python -m agents.readme_table": (["-m", "agents.readme_table", "--help"], "agents/readme_table.py"),
     "python -m agents.study": (["-m", "agents.study", "--help"], "agents/study.py"),
@@ -103,7 +108,8 @@ def test_serve_help_describes_the_server_in_plain_words(help_of):
     _, serve, _ = help_of("carla-gym serve")
     text = " ".join(serve.split())
     assert "The OpenEnv CARLA server on the embedded simulator: carla-gym serve / python -m carla_gym.server." in text
-    assert "--max-sessions MAX_SESSIONS concurrent WebSocket sessions (one simulator each) (default: 64)" in text
+    assert ("--max-sessions MAX_SESSIONS concurrent sessions, WebSocket and MCP (one simulator each) (default: 64)"
+            in text)
     assert help_of("python -m carla_gym.server")[1] == serve
 
 
@@ -136,7 +142,7 @@ def test_a_real_command_line_prints_the_help_checked_in_process(helps, help_of, 
 
 @pytest.mark.parametrize(("text", "plain"), [
     ("``carla-gym serve``", "carla-gym serve"),
-    ("see `carla_gym.openenv.server` and :func:`main`", "see carla_gym.openenv.server and main"),
+    ("see `carla_gym.server.app` and :func:`main`", "see carla_gym.server.app and main"),
     (":py:class:`CarlaEnv`", "CarlaEnv"),
     ("**not** *this*", "not *this*"),  # single asterisks are ordinary text in help (e.g. ``a*b``)
     ("x = 2 * y", "x = 2 * y"),

@@ -371,7 +371,7 @@ def test_best_rubric_reward_is_one_on_every_generated_layout():
 
 
 def test_openenv_server_draws_and_records_a_seed():
-    from carla_gym.openenv.environment import CarlaEnvironment  # openenv-core is slow to import: here only
+    from carla_gym.server.environment import CarlaEnvironment  # openenv-core is slow to import: here only
 
     server = CarlaEnvironment("trolley_generated_test")
     server.reset(scenario_name="trolley_generated_test")

@@ -107,7 +107,7 @@ def _openenv_client():
 
 
 def _server_app():
-    from carla_gym.openenv.server import create_server_app
+    from carla_gym.server.app import create_server_app
 
     create_server_app("trolley_saves")
 
@@ -182,7 +182,7 @@ def test_every_lazy_import_of_an_extra_names_its_install_command(tmp_path, monke
     monkeypatch.setitem(sys.modules, module, None)
     for name in [n for n in sys.modules if n.startswith(f"{module}.")]:
         monkeypatch.setitem(sys.modules, name, None)
-    for name in ("carla_gym.openenv.client", "carla_gym.openenv.models", "carla_gym.openenv.environment"):
+    for name in ("carla_gym.openenv.client", "carla_gym.openenv.models", "carla_gym.server.environment"):
         if module == "openenv" and name in sys.modules:  # imported by an earlier test: import them afresh
             monkeypatch.delitem(sys.modules, name)
     with pytest.raises(MissingExtraError) as info:

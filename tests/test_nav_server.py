@@ -16,10 +16,10 @@ from servers import ServerThread
 from test_nav_episode import aim_ego_at
 
 from carla_gym.openenv.client import CarlaEnv
-from carla_gym.openenv.environment import CarlaEnvironment
 from carla_gym.openenv.models import CarlaAction, from_tool_call, to_tool_call
-from carla_gym.openenv.navigation import nav_image
-from carla_gym.openenv.server import check_options
+from carla_gym.server.app import check_options
+from carla_gym.server.environment import CarlaEnvironment
+from carla_gym.server.navigation import nav_image
 from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.navigation.scenarios import MAZE_GOAL_TOLERANCE
 from carla_gym.sim.world import MAX_ROUTE_STEPS, NavigationCall, ToolCall

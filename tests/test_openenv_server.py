@@ -220,12 +220,12 @@ def test_unreachable_server_fails_fast(connects):
 
 def test_cli_errors_and_help(capsys):
     from carla_gym import cli
-    from carla_gym.server import main as serve
+    from carla_gym.server.cli import main as serve
 
     with pytest.raises(SystemExit) as caught:
         serve(["--scenario", "nope"])
     assert caught.value.code == 2 and "Unknown scenario" in capsys.readouterr().err
-    from carla_gym.openenv.server import check_options
+    from carla_gym.server.app import check_options
 
     check_options("trolley_generated_test", 1, 1.0)  # `serve --scenario` takes the seeded family (a layout per reset)
     with pytest.raises(SystemExit) as caught:
@@ -371,7 +371,7 @@ def test_fuzzed_messages_never_kill_the_session(server_url, frames):
         assert json.loads(ws.recv(timeout=10))["type"] == "observation"  # alive and usable
 
 
-def test_http_bad_input_gets_json_400_and_mcp_is_refused(server_url):
+def test_http_bad_input_gets_json_400_and_mcp_answers_json_rpc(server_url):
     import urllib.error
     import urllib.request
 
@@ -392,8 +392,9 @@ def test_http_bad_input_gets_json_400_and_mcp_is_refused(server_url):
     assert status == 422
     status, body = post("/reset", {"scenario_name": "trolley_saves"})
     assert status == 200 and body["observation"]["scenario_name"] == "trolley_saves"
-    status, body = post("/mcp", {"jsonrpc": "2.0", "method": "openenv/session/create", "id": 1})
-    assert status == 404 and "not an MCP" in body["detail"]
+    status, body = post("/mcp", {"jsonrpc": "2.0", "method": "tools/list", "id": 1})
+    assert status == 200 and [t["name"] for t in body["result"]["tools"]] == ["observe", "emergency_stop",
+                                                                              "lane_change"]
 
 
 @pytest.mark.parametrize("action_mode", ["tools", "control"])

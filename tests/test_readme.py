@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import io
+import json
 import re
 import select
 import shlex
@@ -96,6 +98,7 @@ PYTHON_BLOCKS = {
     "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),
     "Navigation (towns, traffic, maze and free roam) / python 2": PyRun(),
     "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
+    "Use with OpenEnv / python 1": PyRun(server=True),
     "CLIP reward shaping (VLM-RL) / python 1": PyRun(
         substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',
                         'OpenClipEncoder("ViT-B-32", pretrained=None)'),),
@@ -337,6 +340,71 @@ def _grpo_smoke(argv, comment):
         assert (Path(tmp) / out / "model").is_dir()
 
 
+def _openenv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the ``openenv`` CLI of this environment (openenv-core's) with a 120 s limit."""
+    return subprocess.run([str(Path(sys.executable).with_name("openenv")), *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd)
+
+
+def _validate_url(argv, comment, servers):
+    """openenv-core's validator, verbatim against the README's server (its URL replaced): every criterion passes."""
+    url = next(iter(servers.values()))[0]
+    done = _openenv(*[a.replace(URL, url) for a in argv[1:]])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["passed"] and report["summary"]["failed_criteria"] == [], report
+
+
+def _collect(argv, comment, servers):
+    """``carla-gym collect`` verbatim against the README's server (in a temporary directory); prints what it says."""
+    import tempfile
+
+    from carla_gym.collect import main as collect
+
+    url = next(iter(servers.values()))[0]
+    shown = re.findall(r'prints "(.+?)"', comment)  # the one below the command (the comment above may quote one too)
+    assert shown, f"{argv}: the README quotes no output"
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp), \
+            contextlib.redirect_stdout(io.StringIO()) as out:
+        assert collect([a.replace(URL, url) for a in argv[2:]]) == 0
+    assert out.getvalue().strip().splitlines()[-1] == shown[-1]
+
+
+def _package(argv, comment, folder):
+    """``carla-gym package DIR`` verbatim in the module's working directory (``readme_package``)."""
+    assert folder.is_dir() and (folder / "openenv.yaml").is_file() and (folder / "uv.lock").is_file()
+    assert argv[2:] == [folder.name]
+
+
+def _validate_folder(argv, comment, folder):
+    """``openenv validate DIR`` verbatim on the folder the README's package command wrote; its verdict as shown."""
+    done = _openenv(*argv[1:], cwd=folder.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.strip() == comment.split("#")[0].strip()
+
+
+def _push(argv, comment, folder):
+    """Needs a Hugging Face login and the network: the folder exists and ``openenv push`` takes the arguments."""
+    assert argv[2] == folder.name and argv[3] == "--repo-id"
+    done = _openenv("push", "--help")
+    assert done.returncode == 0 and "--repo-id" in done.stdout
+
+
+def _docker(argv, comment, folder):
+    """No container engine runs here: the build names the package's Dockerfile and folder, the run the image built.
+
+    tests/test_package.py's slow test runs every command of the Dockerfile in a fresh venv instead.
+    """
+    from carla_gym.server.package import image_tag
+
+    if argv[1] == "build":
+        assert argv[2:] == ["-t", "carla-gym", "-f", f"{folder.name}/server/Dockerfile", folder.name]
+        assert (folder / "server" / "Dockerfile").is_file()
+    else:
+        assert argv[1:] == ["run", "--rm", "-p", "8000:8000", "carla-gym"]
+    assert image_tag() == "carla-gym"  # the tag carla-gym package prints
+
+
 COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["python3", "-m", "venv"], _venv, False),
     ([".venv/bin/pip", "install"], _installs, False),
@@ -350,8 +418,18 @@ COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["python", "-m", "agents.study"], _parse_only("agents.study"), False),  # 30 min (test_study runs tiny)
     (["python", "-m", "carla_gym.reward.calibrate"], _parse_only("carla_gym.reward.calibrate"), False),  # weights
     (["carla-gym", "serve"], _serve, False),
+    (["carla-gym", "collect"], _collect, False),
+    (["carla-gym", "package"], _package, False),
+    (["openenv", "validate", "--url"], _validate_url, False),
+    (["openenv", "validate"], _validate_folder, False),
+    (["openenv", "push"], _push, False),
+    (["docker"], _docker, False),
     (["hf", "download"], _hf_download, False),
 ]
+HANDLER_FIXTURES = {_serve: "readme_servers", _collect: "readme_servers", _validate_url: "readme_servers",
+                    _package: "readme_package", _validate_folder: "readme_package", _push: "readme_package",
+                    _docker: "readme_package"}
+"""The fixture each handler that needs one gets as its third argument."""
 
 
 def _rule(argv):
@@ -368,8 +446,8 @@ def test_every_bash_command_has_a_rule():
     pytest.param(*c, id=" ".join(c[1])[:80]) for c in bash_commands() if _rule(c[1])[0] is not None])
 def test_bash_command(key, argv, comment, request):
     handler = _rule(argv)[0]
-    if handler is _serve:  # the servers run once for the module (readme_servers), shared with the Python blocks
-        handler(argv, comment, request.getfixturevalue("readme_servers"))
+    if handler in HANDLER_FIXTURES:  # the servers run once for the module (readme_servers), shared with the blocks
+        handler(argv, comment, request.getfixturevalue(HANDLER_FIXTURES[handler]))
     else:
         handler(argv, comment)
 
@@ -442,6 +520,18 @@ def readme_servers(readme_server_processes) -> dict[tuple[str, ...], tuple[str, 
     """``{argv: (url, announcement)}`` of every README ``carla-gym serve`` command (port 8000 -> a free one)."""
     argvs, announced = readme_server_processes
     return dict(zip(argvs, announced(), strict=True))
+
+
+@pytest.fixture(scope="module")
+def readme_package(tmp_path_factory) -> Path:
+    """The folder of the README's ``carla-gym package DIR`` command, run verbatim in a temporary directory."""
+    from carla_gym.server.package import main as package
+
+    (argv,) = {tuple(argv) for _, argv, _ in bash_commands() if argv[:2] == ["carla-gym", "package"]}
+    where = tmp_path_factory.mktemp("readme_package")
+    with contextlib.chdir(where), contextlib.redirect_stdout(io.StringIO()):
+        package(list(argv[2:]))
+    return where / argv[2]
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ import numpy as np
 
 from carla_gym.envs.nav_scenarios import ROUTE_SCENARIOS, is_route_name
 from carla_gym.envs.navigation import TIME_LIMIT_S, CarlaNavigationEnv
-from carla_gym.llm.prompts import nav_scene_prompt
+from carla_gym.llm.prompts import nav_scene_prompt, reset_text
 from carla_gym.llm.tools import (
     EPISODE_OVER,
     CarlaToolEnv,
@@ -213,7 +213,7 @@ class NavToolEnv:
         self.parse_failures = 0
         self._conversation_counted = False
         scene = nav_scene_prompt(self.env.episode.spec, tool_methods(self))
-        return self._reply(f"\n\n{scene}\nNow:\n{self.info['text']}")
+        return self._reply(reset_text(scene, self.info["text"]))
 
     @property
     def outcome(self) -> dict[str, Any] | None:

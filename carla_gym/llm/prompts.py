@@ -30,6 +30,23 @@ INSTRUCTION = (
 """The user message of every episode (this project's wording; true for any ``ticks_per_action`` and play-out)."""
 
 
+def reset_text(scene: str, now: str) -> str:
+    """What an episode's ``reset`` appends to the user prompt (TRL adapters, web page, rollout collection).
+
+    Args:
+        scene: The scene prompt (trolley: the env's ``info["scene_prompt"]``; navigation: `nav_scene_prompt`).
+        now: The first description of the episode.
+
+    Returns:
+        A blank line, the scene, ``Now:`` and the description.
+
+    Example:
+        >>> reset_text("Scene.", "Speed: 0.0 km/h.").splitlines()
+        ['', '', 'Scene.', 'Now:', 'Speed: 0.0 km/h.']
+    """
+    return f"\n\n{scene}\nNow:\n{now}"
+
+
 def user_prompt() -> list[dict]:
     """The conversational prompt of one episode, before the scene is appended.
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from carla_gym.envs.spaces import TOOL_ACTIONS
 from carla_gym.envs.trolley import DEFAULT_SCENARIO
+from carla_gym.llm.prompts import reset_text
 from carla_gym.openenv.urls import EXAMPLE_URL, check_url
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.validate import check_number
@@ -203,7 +204,7 @@ class CarlaToolEnv:
         self.reward, self.done, self.calls, self.failures, self.actions = 0.0, False, [], [], []
         self.parse_failures = 0
         self._conversation_counted = False
-        return self._reply(f"\n\n{self.info['scene_prompt']}\nNow:\n{self.info['description']}")
+        return self._reply(reset_text(self.info["scene_prompt"], self.info["description"]))
 
     @_counted
     def observe(self) -> str | list[dict]:
@@ -300,6 +301,21 @@ class CarlaToolEnv:
     def __exit__(self, *exc_info: object) -> None:
         """Close the env: the public way to close it, as a ``close`` method would become a tool."""
         self._close()
+
+
+def tool_functions(cls: type) -> list[Callable]:
+    """The tool functions of a tool-environment class, by TRL's rule, in definition order.
+
+    TRL offers every public method except ``reset`` and ``get_reward`` as a tool (`tool_methods` finds the
+    bound methods of an instance in name order); this is the same rule on the class, in the order the
+    class defines them, for servers that expose the same tools (`carla_gym.server.mcp`).
+
+    Returns:
+        ``[CarlaToolEnv.observe, CarlaToolEnv.emergency_stop, CarlaToolEnv.lane_change]`` for `CarlaToolEnv`
+        (unbound functions; their first parameter is the environment).
+    """
+    return [fn for name, fn in vars(cls).items()
+            if inspect.isfunction(fn) and name not in ("reset", "get_reward") and not name.startswith("_")]
 
 
 def tool_methods(env: CarlaToolEnv) -> list[Callable]:

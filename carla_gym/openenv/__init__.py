@@ -1,4 +1,4 @@
-"""OpenEnv CARLA wire compatibility: models, a server on the embedded simulator, a client.
+"""OpenEnv CARLA wire compatibility: the models and a client (the server is `carla_gym.server`).
 
 ``from carla_gym.openenv import CarlaAction, CarlaEnv`` replaces upstream's
 ``from carla_env import CarlaAction, CarlaEnv``. The names need the ``[server]`` extra

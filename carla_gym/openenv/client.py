@@ -75,7 +75,7 @@ class _SessionEnded(ConnectionError):
 
 
 class _Unreachable(ConnectionError):
-    """No WebSocket connection could be opened (see `_unreachable`)."""
+    """No WebSocket connection could be opened (see `unreachable_message`)."""
 
 
 def _refused(exc: BaseException) -> bool:
@@ -87,7 +87,7 @@ def _refused(exc: BaseException) -> bool:
             and text.count("[Errno") == text.count(f"[Errno {errno.ECONNREFUSED}]"))
 
 
-def _unreachable(ws_url: str, cause: BaseException, connect_timeout_s: float) -> str:
+def unreachable_message(ws_url: str, cause: BaseException, connect_timeout_s: float) -> str:
     """The message for a connection to ``ws_url`` that failed with ``cause``: why, and what to do."""
     parts = urlsplit(ws_url)
     host = parts.hostname or "?"
@@ -195,7 +195,7 @@ class CarlaEnv(EnvClient[CarlaAction, CarlaObservation, CarlaState]):
             await super().connect()
         except ConnectionError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
-            raise _Unreachable(_unreachable(self._ws_url, cause, self._connect_timeout)) from cause
+            raise _Unreachable(unreachable_message(self._ws_url, cause, self._connect_timeout)) from cause
         return self
 
     def __enter__(self) -> CarlaEnv:

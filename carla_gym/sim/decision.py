@@ -1,7 +1,7 @@
 """One decision: apply a tool call, then tick until the batch or the episode ends.
 
 The one loop behind `carla_gym.backends.EmbeddedBackend.step` (a Gymnasium decision of
-``ticks_per_action`` ticks) and `carla_gym.openenv.environment.CarlaEnvironment.step` (an
+``ticks_per_action`` ticks) and `carla_gym.server.environment.CarlaEnvironment.step` (an
 OpenEnv step, with the ``metadata={"ticks": n}`` batching extension), so both sum rewards,
 hits and distance the same way, tick for tick.
 """

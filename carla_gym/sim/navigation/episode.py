@@ -1,6 +1,6 @@
 """One navigation episode (maze_navigation, free_roam): reset, the 10 upstream actions, observation, rewards.
 
-Gym-free and wire-free: the server (`carla_gym.openenv.environment`) runs it for the navigation families,
+Gym-free and wire-free: the server (`carla_gym.server.environment`) runs it for the navigation families,
 and a Gymnasium env can wrap it the same way. `NavEpisode` resolves
 a `NavSpec`, builds a `NavWorld`, places the goal on the lane graph and runs the upstream action types
 with real-mode semantics (openenv_carla.md section 4.2) and this project's fixes:

@@ -13,7 +13,7 @@ terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw re
 single steps would. Upstream clients never send it.
 
 Navigation scenarios (``maze_navigation``, ``free_roam``, ``free_roam_<Map>[_v<N>][_p<M>]``) run a
-`carla_gym.sim.navigation.episode.NavEpisode` instead of the trolley `World` (`carla_gym.openenv.navigation`):
+`carla_gym.sim.navigation.episode.NavEpisode` instead of the trolley `World` (`carla_gym.server.navigation`):
 all 10 action types, one ``step`` is one `NavEpisode.step` (``follow_route`` runs up to ``route_steps``
 ticks; ``metadata["ticks"]`` runs a plain action for that many ticks and the reply's reward is the sum of
 their raw rewards, as `NavEpisode.step` gives it), ``scenario_data`` carries ``goal_location``,
@@ -25,6 +25,12 @@ Trolley scenarios keep refusing the navigation actions.
 Generated scenarios (``trolley_generated_train``/``_test``, `carla_gym.sim.generated`) draw their layout
 from the reset ``seed``; a reset without one draws a seed from the OS (`GENERATED_SEED_BOUND`) and
 records it in ``scenario_data["seed"]``, so the episode can be replayed.
+
+MCP: the environment is an openenv-core ``MCPEnvironment`` with its own FastMCP server, offering the TRL
+adapters' tools of the current family (`carla_gym.server.mcp`: routes, reply format, errors); `call_tool`
+runs one, `frame` renders the current episode for the web page. Rubrics: ``self.rubric`` is the family's
+openenv-core rubric (`carla_gym.server.rubrics`), chosen and reset at every reset; every step's
+``rubric_reward`` is its output.
 """
 
 from __future__ import annotations
@@ -40,13 +46,28 @@ import uuid
 from typing import Any
 
 import numpy as np
-from openenv.core.env_server.interfaces import Environment
+from fastmcp import FastMCP
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import (
+    CallToolAction,
+    CallToolObservation,
+    ListToolsAction,
+    ListToolsObservation,
+    Tool,
+    ToolError,
+    ToolErrorType,
+)
+from openenv.core.env_server.types import EnvironmentMetadata
 from PIL import Image
 
+from carla_gym.llm.tools import EPISODE_OVER
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
-from carla_gym.openenv.navigation import check_scenario, is_nav_name, nav_image, nav_observation, nav_scenario_data
+from carla_gym.server import mcp
+from carla_gym.server.navigation import check_scenario, is_nav_name, nav_image, nav_observation, nav_scenario_data
+from carla_gym.server.rubrics import CarlaNavigationRubric, rubric_for
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
+from carla_gym.sim.navigation.describe import observation_text
 from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
@@ -61,6 +82,13 @@ backend seeds, `carla_gym.envs.trolley.CarlaTrolleyEnv.reset`)."""
 
 MAX_TICKS_PER_STEP = 1000
 """Largest ``metadata["ticks"]`` of the batching extension (50 s of simulated time)."""
+
+FRAME_VIEWS = ("front", "birdeye")
+"""Views of `CarlaEnvironment.frame`: the ego's front camera and the bird's-eye view."""
+
+_TOOL_ERRORS = {mcp.UNKNOWN_TOOL: ToolErrorType.TOOL_NOT_FOUND, mcp.INVALID_ARGUMENTS: ToolErrorType.INVALID_ARGS,
+                mcp.EPISODE_OVER: ToolErrorType.EXECUTION_ERROR}
+"""openenv-core's ``ToolError`` type of each `carla_gym.server.mcp.ToolCallError` kind (the ``/ws`` step path)."""
 
 INLINE_TICKS = 50
 """Batched steps of at most this many ticks run on the server's event loop (well under 2 ms);
@@ -124,8 +152,10 @@ def add_collisions(collisions: list[dict], frame: int, contacts) -> None:
                                "intensity": float(speed_kmh)})
 
 
-class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
-    """One isolated embedded simulator per WebSocket session.
+class CarlaEnvironment(MCPEnvironment):
+    """One isolated embedded simulator per session (WebSocket ``/ws``, MCP ``/mcp`` or a web page visitor).
+
+    Its MCP tools are the TRL adapters' tools of the current scenario family (`carla_gym.server.mcp`).
 
     Args:
         scenario_name: Scenario of the first reset when the client names none.
@@ -138,7 +168,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, scenario_name: str = "trolley_saves", scenario_config: dict | None = None) -> None:
-        super().__init__()
+        super().__init__(FastMCP("carla_env"))
         if is_generated(scenario_name):  # its layout needs a seed: check the name and overrides with seed 0
             resolve_scenario(scenario_name, scenario_config, seed=0)
         else:
@@ -151,6 +181,11 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         self._state = CarlaState(scenario_name=scenario_name)  # the episode's fixed fields
         self._tally = _Tally()
         self._closed = False
+        self._tool_family: bool | None = None  # whether the registered MCP tools are the navigation ones
+        self._install_tools(is_nav_name(scenario_name))
+        self.rubric = rubric_for(is_nav_name(scenario_name))
+        self._call_lock: asyncio.Lock | None = None  # serialises the MCP calls of this session
+        self._route: tuple | None = None  # the navigation route ahead `frame` drew last, with its key
 
     # -- OpenEnv API ---------------------------------------------------------------------------
     def reset(
@@ -202,16 +237,29 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(spec.ignored)},
         )
         self._tally = _Tally()
+        self._start_family(navigation=False)
         return self._observation(reward=None, rubric=None)
 
-    def step(self, action: CarlaAction, timeout_s: float | None = None, **kwargs: Any) -> CarlaObservation:
-        """Execute one tool call and one tick (or ``metadata["ticks"]`` ticks).
+    def step(self, action: CarlaAction | CallToolAction | ListToolsAction, timeout_s: float | None = None,
+             **kwargs: Any) -> CarlaObservation | CallToolObservation | ListToolsObservation:
+        """Execute one tool call and one tick (or ``metadata["ticks"]`` ticks), or one MCP action.
+
+        openenv-core's ``CallToolAction`` runs `call_tool` and answers a ``CallToolObservation`` whose
+        ``reward`` and ``done`` are the tool's (its ``result`` is `carla_gym.server.mcp.ToolReply.result`;
+        a refused call sets ``error`` instead); ``ListToolsAction`` lists the current family's tools.
 
         Raises:
             ValueError: Invalid action values, a navigation action, a step after ``done``,
                 or a bad ``ticks`` value; the session keeps its state.
             SessionClosedError: The server ended this session (see `close`).
         """
+        self._check_open()
+        if isinstance(action, ListToolsAction | CallToolAction):
+            return self._mcp_step(action)
+        return self._step_impl(action)
+
+    def _step_impl(self, action: CarlaAction, timeout_s: float | None = None, **kwargs: Any) -> CarlaObservation:
+        """`step` of a `CarlaAction` (openenv-core's hook for non-MCP actions)."""
         self._check_open()
         if self._world is None and self._nav is None:
             self.reset()
@@ -226,10 +274,118 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if world.done:
             raise ValueError(f"the episode of {self._name!r} is done after {world.tick_count} ticks; send reset "
                              "before stepping again (no rewards after done)")
-        ticks = batch_ticks(action)
-        decision = decide(world, call, ticks, on_tick=self._record_hits)
-        self._record(action.action_type, decision.raw_total, decision.distance, world.speed_kmh)
-        return self._observation(reward=decision.raw_reward, rubric=decision.rubric_reward)
+        return self._trolley_step(call, batch_ticks(action), action)
+
+    # -- MCP -----------------------------------------------------------------------------------
+    def tool_names(self) -> list[str]:
+        """The MCP tools of the session's current family, in the TRL adapter's order.
+
+        Trolley families: ``observe``, ``emergency_stop``, ``lane_change``; navigation: ``observe``,
+        ``control_vehicle``, ``emergency_stop``, ``lane_change``, ``init_navigation_agent``,
+        ``set_destination``, ``follow_route`` (`carla_gym.server.mcp.tool_definitions`).
+        """
+        return [d.name for d in mcp.tool_definitions(mcp.adapter_class(self._navigation))]
+
+    def call_tool(self, name: str, arguments: dict | None = None) -> mcp.ToolReply:
+        """Run one MCP tool on the current episode, exactly as the TRL adapter's tool call runs.
+
+        A session with no episode yet starts the server's default scenario first (as `step` does).
+
+        Args:
+            name: One of `tool_names`.
+            arguments: The tool's arguments by name (None: none).
+
+        Returns:
+            The `carla_gym.server.mcp.ToolReply`: the adapter's text, the step's raw reward, the rubric
+            reward and whether the episode ended.
+
+        Raises:
+            carla_gym.server.mcp.ToolCallError: (a ValueError) an unknown tool (naming the valid ones),
+                arguments the adapter refuses (its message), or a call after the episode ended; nothing
+                changes.
+            SessionClosedError: The server ended this session.
+        """
+        self._check_open()
+        if self._world is None and self._nav is None:
+            self.reset()
+        navigation = self._navigation
+        definitions = {d.name: d for d in mcp.tool_definitions(mcp.adapter_class(navigation))}
+        if name not in definitions:
+            raise mcp.ToolCallError(mcp.UNKNOWN_TOOL, f"unknown tool {name!r}; the tools of {self._name!r} are "
+                                    f"{list(definitions)}")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict) or not all(isinstance(k, str) for k in arguments):
+            raise mcp.ToolCallError(mcp.INVALID_ARGUMENTS, f"arguments={arguments!r}: must be an object of "
+                                    "argument names to values")
+        if (self._nav.done if navigation else self._world.done):
+            raise mcp.ToolCallError(mcp.EPISODE_OVER, f"the episode of {self._name!r} is over after "
+                                    f"{self._tally.steps} steps; reset to start another")
+        return mcp.run_tool(self, definitions, navigation, name, arguments)
+
+    async def call_tool_async(self, name: str, arguments: dict | None = None) -> mcp.ToolReply:
+        """`call_tool` for the server's event loop: one call of a session at a time; slow calls on a thread.
+
+        Calls of one session wait for each other (HTTP ``/mcp`` requests of one ``session_id`` may
+        overlap). A trolley call runs inline, as `step_async` runs a step; a navigation call (a town
+        with traffic, up to 200 ticks) runs on a worker thread.
+        """
+        if self._call_lock is None:
+            self._call_lock = asyncio.Lock()
+        async with self._call_lock:
+            if self._navigation:
+                return await asyncio.to_thread(self.call_tool, name, arguments)
+            return self.call_tool(name, arguments)
+
+    def frame(self, view: str, width: int, height: int) -> np.ndarray:
+        """The current episode as an image: the front camera or the bird's-eye view.
+
+        Trolley scenarios render with `carla_gym.sim.render.render`; navigation scenarios with
+        `carla_gym.sim.town.render.render_town`, the route ahead (planned from the ego to the goal, as the
+        Gym env draws its route) and the goal drawn.
+
+        Args:
+            view: One of `FRAME_VIEWS`.
+            width: Image width [px], >= 1.
+            height: Image height [px], >= 1.
+
+        Returns:
+            (height, width, 3) uint8.
+
+        Raises:
+            ValueError: Another view, a bad size, or no episode yet (reset first).
+        """
+        self._check_open()
+        if view not in FRAME_VIEWS:
+            raise ValueError(f"view={view!r}: choose one of {list(FRAME_VIEWS)}")
+        width = check_number("width", width, 1, 4096, integer=True)
+        height = check_number("height", height, 1, 4096, integer=True)
+        if self._world is not None:
+            return render(self._world, view, width, height)
+        if self._nav is None:
+            raise ValueError("no episode to render yet: reset first")
+        from carla_gym.sim.town.render import render_town
+
+        episode = self._nav
+        world = episode.world
+        walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
+        return render_town(world.town, world.vehicles, walkers, world.lights, view=view, width=width,
+                           height=height, route=self._route_ahead(), goal=np.asarray(episode.goal[:2]))
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        """``GET /metadata``: the environment's name, description and version (this package's)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            package_version = version("openenv-carla-gym")
+        except PackageNotFoundError:  # a source tree that is not installed
+            package_version = "0.0.0"
+        return EnvironmentMetadata(
+            name="carla_env",
+            description="OpenEnv CARLA on an embedded simulator: trolley-problem scenarios and town navigation, "
+                        "driven through upstream's CarlaAction or the MCP tools observe, emergency_stop, "
+                        "lane_change (and the navigation tools)",
+            version=package_version, author="openenv-carla-gym")
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           scenario_name: str | None = None, scenario_config: dict | None = None,
@@ -252,6 +408,11 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         ticks) still go to a worker thread; a session sends one request at a time, so its
         simulator is never used by two threads at once.
         """
+        if isinstance(action, ListToolsAction | CallToolAction):
+            self._check_open()
+            if isinstance(action, CallToolAction) and self._navigation:
+                return await asyncio.to_thread(self._mcp_step, action)
+            return self._mcp_step(action)
         ticks = action.metadata.get("ticks", 1)
         slow = action.action_type == "capture_image" or (isinstance(ticks, int) and ticks > INLINE_TICKS)
         if self._nav is not None:  # a town tick with traffic costs more: only single plain ticks run inline
@@ -266,8 +427,10 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
         ``scenario_data`` keys: ``seed``, ``scenario_config``, ``ignored_config`` (keys of it that
         change nothing here: `carla_gym.sim.scenarios.IGNORED_KEYS`), ``outcome`` (None until done),
-        ``extensions`` (``["ticks"]``: the batching extension is supported), ``hits`` (pedestrians
-        actually hit) and ``snapshot`` (`carla_gym.sim.snapshot.Snapshot.to_wire`, which lets the
+        ``extensions`` (``["ticks"]``: the batching extension is supported), ``action_class`` (trolley
+        families: the running classification of the episode's actions, `carla_gym.sim.rules`' names such as
+        ``"NONE"``, ``"BRAKE"``, ``"SWERVE_LEFT"``: what the rubric would score if the episode ended now),
+        ``hits`` (pedestrians actually hit) and ``snapshot`` (`carla_gym.sim.snapshot.Snapshot.to_wire`, which lets the
         remote Gymnasium backend build exactly the embedded backend's observations).
         """
         self._check_open()
@@ -279,6 +442,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         data = copy.deepcopy(self._state.scenario_data)
         data["outcome"] = world.outcome() if world.done else None
         data["extensions"] = ["ticks"]
+        data["action_class"] = world.trolley_action
         data["hits"] = int(world.hit.sum())
         data["snapshot"] = snapshot_of(world, self._prompt).to_wire()
         collisions = [dict(c) for c in tally.collisions]
@@ -296,10 +460,12 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
 
         openenv-core reclaims idle sessions this way while their connection stays open; the
         server's guard then answers the next message with a ``SESSION_CLOSED`` error envelope
-        and closes the connection (`carla_gym.openenv.guard`).
+        and closes the connection (`carla_gym.server.guard`).
         """
         self._closed = True
         self._world = self._nav = None
+        if self.rubric is not None:
+            self.rubric.reset()  # drop the trajectory it holds
 
     # -- helpers -------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -314,6 +480,94 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         buffer = io.BytesIO()
         Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
         return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+    @property
+    def _navigation(self) -> bool:
+        """Whether the current (or, before any reset, the default) scenario is a navigation one."""
+        if self._nav is not None or self._world is not None:
+            return self._nav is not None
+        return is_nav_name(self._name)
+
+    def _install_tools(self, navigation: bool) -> None:
+        """Register the family's MCP tools on this session's FastMCP server (replacing the other family's)."""
+        if self._tool_family is navigation:
+            return
+        server = self.mcp_server
+        if self._tool_family is not None:
+            for definition in mcp.tool_definitions(mcp.adapter_class(self._tool_family)):
+                server.local_provider.remove_tool(definition.name)
+        for definition in mcp.tool_definitions(mcp.adapter_class(navigation)):
+            server.add_tool(mcp.CarlaTool.bound(definition, self))
+        self._tool_family = navigation
+
+    def _start_family(self, navigation: bool) -> None:
+        """After a reset: the family's tools and rubric (the rubric reset for the new episode)."""
+        self._install_tools(navigation)
+        if self.rubric is None or isinstance(self.rubric, CarlaNavigationRubric) is not navigation:
+            self.rubric = rubric_for(navigation)
+        self._reset_rubric()
+        self._route = None
+
+    def _score(self, action: Any, obs: CarlaObservation) -> CarlaObservation:
+        """Set the observation's ``rubric_reward`` to the rubric's output for this step."""
+        obs.rubric_reward = float(self.rubric(action, obs))
+        return obs
+
+    def _trolley_step(self, call, ticks: int, action: Any) -> CarlaObservation:
+        """One decision of ``ticks`` ticks on the trolley world (``action``: what the rubric records)."""
+        world = self._world
+        decision = decide(world, call, ticks, on_tick=self._record_hits)
+        self._record(call.action_type, decision.raw_total, decision.distance, world.speed_kmh)
+        return self._score(action, self._observation(reward=decision.raw_reward, rubric=None))
+
+    def _trolley_tool(self, call, ticks: int, name: str, arguments: dict) -> mcp.ToolReply:
+        """A trolley MCP tool's decision (`carla_gym.server.mcp.TrolleyHost`): the reply the adapter gives."""
+        obs = self._trolley_step(call, ticks, CallToolAction(tool_name=name, arguments=arguments))
+        text = snapshot_of(self._world, self._prompt).description
+        return mcp.ToolReply(text + "\n" + EPISODE_OVER if obs.done else text, float(obs.reward),
+                             obs.rubric_reward, bool(obs.done))
+
+    def _nav_tool(self, call, ticks: int | None, name: str, arguments: dict) -> mcp.ToolReply:
+        """A navigation MCP tool's step (`carla_gym.server.mcp.NavHost`): the reply the adapter gives.
+
+        ``ticks`` None (``follow_route``): the route step's own ``route_steps`` ticks.
+        """
+        obs = self._nav_step(call, 1 if ticks is None else ticks, CallToolAction(tool_name=name, arguments=arguments))
+        text = observation_text(self._nav.observation())
+        return mcp.ToolReply(text + "\n" + EPISODE_OVER if obs.done else text, float(obs.reward),
+                             obs.rubric_reward, bool(obs.done))
+
+    def _mcp_step(self, action: CallToolAction | ListToolsAction) -> CallToolObservation | ListToolsObservation:
+        """`step` of openenv-core's MCP actions (the ``/ws`` step path of ``MCPToolClient``)."""
+        if isinstance(action, ListToolsAction):
+            return ListToolsObservation(tools=[
+                Tool(name=d.name, description=d.description, input_schema=d.parameters)
+                for d in mcp.tool_definitions(mcp.adapter_class(self._navigation))])
+        try:
+            reply = self.call_tool(action.tool_name, action.arguments)
+        except mcp.ToolCallError as exc:
+            return CallToolObservation(tool_name=action.tool_name, error=ToolError(
+                error_type=_TOOL_ERRORS[exc.kind], message=str(exc)), done=False, reward=None)
+        return CallToolObservation(tool_name=action.tool_name, result=reply.result(), done=reply.done,
+                                   reward=reply.reward, metadata={"rubric_reward": reply.rubric_reward})
+
+    def _route_ahead(self) -> np.ndarray | None:
+        """Waypoints from the ego to the goal of the navigation episode ((K, 2) [m]; None if unreachable).
+
+        Planned as the Gym env plans its episode route (`carla_gym.envs.nav_scenarios.plan_episode_route`),
+        from where the ego is now; kept until the episode takes another step.
+        """
+        from carla_gym.envs.nav_scenarios import plan_episode_route
+
+        episode = self._nav
+        key = (id(episode), episode.ticks)
+        if self._route is None or self._route[0] != key:
+            try:
+                waypoints = plan_episode_route(episode.world.town, episode.world.ego_location, episode.goal).waypoints
+            except ValueError:
+                waypoints = None
+            self._route = (key, waypoints)
+        return self._route[1]
 
     def _record(self, action_type: str, raw_total: float, distance: float, speed: float) -> None:
         """Update the bookkeeping of one step (``raw_total``, ``distance``: over all its ticks; ``speed``: after it)."""
@@ -342,6 +596,7 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
             episode_id=episode_id, scenario_name=name, town=episode.spec.map_name, weather=episode.weather,
             scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(episode.spec.ignored)})
         self._tally = _Tally()
+        self._start_family(navigation=True)
         return nav_observation(episode, name, 0, None, None)
 
     def _step_nav(self, action: CarlaAction) -> CarlaObservation:
@@ -355,13 +610,17 @@ class CarlaEnvironment(Environment[CarlaAction, CarlaObservation, CarlaState]):
         if episode.done:
             raise ValueError(f"the episode of {self._name!r} is done after {tally.steps} steps ({episode.reason}); "
                              "send reset before stepping again (no rewards after done)")
-        ticks = batch_ticks(action)
+        return self._nav_step(call, batch_ticks(action), action)
+
+    def _nav_step(self, call, ticks: int, action: Any) -> CarlaObservation:
+        """One `NavEpisode.step` (``action``: what the rubric records); errors change nothing."""
+        episode, tally = self._nav, self._tally
         distance, hits = episode.distance_travelled, len(episode.contacts)
         result = episode.step(call, ticks)
         add_collisions(tally.collisions, tally.steps + 1, episode.contacts[hits:])
-        self._record(action.action_type, result.raw_reward, episode.distance_travelled - distance,
+        self._record(call.action_type, result.raw_reward, episode.distance_travelled - distance,
                      episode.speed_kmh)
-        return nav_observation(episode, self._name, tally.steps, result.raw_reward, result.rubric_reward)
+        return self._score(action, nav_observation(episode, self._name, tally.steps, result.raw_reward, None))
 
     def _nav_state(self) -> CarlaState:
         """`state` of a navigation episode (``scenario_data``: `nav_scenario_data` plus seed and config)."""

@@ -1,7 +1,7 @@
 """The OpenEnv CARLA server on the embedded simulator: ``carla-gym serve`` / ``python -m carla_gym.server``.
 
 The command line: options, then uvicorn until interrupted. The app it serves is
-`carla_gym.openenv.server.create_server_app`; this module sits above the library because it
+`carla_gym.server.app.create_server_app`; this module sits above the library because it
 uses the command-line helpers of `carla_gym.cli_args` (the library never imports them).
 """
 
@@ -11,7 +11,13 @@ import argparse
 import asyncio
 
 from carla_gym.cli_args import HelpFormatter
-from carla_gym.openenv.server import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT, check_options, create_server_app
+from carla_gym.server.app import (
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_SESSION_TIMEOUT,
+    check_options,
+    create_server_app,
+    web_enabled,
+)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,10 +27,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind; 0.0.0.0 serves every interface")
     parser.add_argument("--port", type=int, default=8000, help="TCP port")
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help="concurrent WebSocket sessions (one simulator each)")
+                        help="concurrent sessions, WebSocket and MCP (one simulator each)")
     parser.add_argument("--scenario", default="trolley_saves", help="scenario when a reset names none")
     parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
                         help="idle seconds before a session is reclaimed")
+    parser.add_argument("--web", action="store_true",
+                        help="also serve the web page at /web/ where a person drives the car (also on when the "
+                             "environment variable ENABLE_WEB_INTERFACE is true, 1 or yes)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: must be in 0..65535")
@@ -34,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     import uvicorn
 
-    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout)
+    web = web_enabled(args.web)
+    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout, web=web)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
 
     async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
@@ -42,8 +52,9 @@ def main(argv: list[str] | None = None) -> None:
             await asyncio.sleep(0.05)
         for sock in (s for srv in server.servers for s in srv.sockets):
             host, port = sock.getsockname()[:2]
-            print(f"carla-gym serve: listening on http://{host}:{port} (WebSocket /ws, up to {args.max_sessions} "
-                  "sessions); Ctrl-C stops", flush=True)
+            page = f", web page http://{host}:{port}/web/" if web else ""
+            print(f"carla-gym serve: listening on http://{host}:{port} (WebSocket /ws, MCP /mcp{page}; up to "
+                  f"{args.max_sessions} sessions); Ctrl-C stops", flush=True)
 
     async def run() -> None:
         task = asyncio.create_task(announce())

@@ -3,7 +3,7 @@
 openenv-core's ``create_app`` serves `CarlaEnvironment` over HTTP and the ``/ws`` WebSocket,
 with one isolated simulator per WebSocket session and up to ``max_sessions`` sessions
 (upstream's CARLA server allows one: bug B21). The command line that runs it under uvicorn is
-`carla_gym.server.main` (above the library: it uses `carla_gym.cli_args`).
+`carla_gym.server.cli.main` (above the library: it uses `carla_gym.cli_args`).
 """
 
 from __future__ import annotations
@@ -36,18 +36,34 @@ def check_options(scenario_name: str, max_sessions: int, session_timeout: float)
         raise ValueError(f"session_timeout={session_timeout!r}: must be > 0 [s]")
 
 
+WEB_ENV_VAR = "ENABLE_WEB_INTERFACE"
+"""Environment variable that turns the web page on (true/1/yes, any case), as openenv-core's ``create_app`` reads
+it and ``openenv push`` sets it."""
+
+
+def web_enabled(web: bool = False) -> bool:
+    """Whether the app serves the web page: ``web``, or `WEB_ENV_VAR` set to true, 1 or yes."""
+    import os
+
+    return bool(web) or os.environ.get(WEB_ENV_VAR, "false").strip().lower() in ("true", "1", "yes")
+
+
 def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS,
-                      session_timeout: float = DEFAULT_SESSION_TIMEOUT):
-    """Build the ASGI app: openenv-core's FastAPI app behind `carla_gym.openenv.guard.Guard`.
+                      session_timeout: float = DEFAULT_SESSION_TIMEOUT, web: bool = False):
+    """Build the ASGI app: openenv-core's FastAPI app behind `carla_gym.server.guard.Guard`.
 
     HTTP ``/reset`` and ``/step`` answer invalid values with status 400 and a JSON ``detail``
-    (openenv-core would answer 500 in plain text).
+    (openenv-core would answer 500 in plain text). Besides ``/ws`` the app serves openenv-core's MCP
+    routes (``/mcp``; `carla_gym.server.mcp`); WebSocket and MCP sessions share ``max_sessions`` and
+    ``session_timeout``.
 
     Args:
         scenario_name: Scenario of a session's first reset when the client names none
             (upstream's default is ``trolley_saves``).
-        max_sessions: Concurrent WebSocket sessions allowed, >= 1.
+        max_sessions: Concurrent sessions allowed (WebSocket ``/ws``, MCP), >= 1.
         session_timeout: Idle time [s] before a session is reclaimed, > 0.
+        web: Also serve the web page at ``/web/`` (openenv-core's web interface with
+            `carla_gym.server.web.gradio_builder`); also on when `WEB_ENV_VAR` is true (`web_enabled`).
 
     Raises:
         ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
@@ -58,20 +74,30 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
 
     with needs_extra("server"):  # heavy imports (openenv-core, gradio): after the checks
         from fastapi.responses import JSONResponse
-        from openenv.core.env_server.http_server import create_app
+        from openenv.core.env_server.http_server import create_fastapi_app
         from openenv.core.env_server.types import ConcurrencyConfig
 
-        from carla_gym.openenv.environment import CarlaEnvironment
-        from carla_gym.openenv.guard import Guard
-        from carla_gym.openenv.models import CarlaAction, CarlaObservation
+        from carla_gym.openenv.models import CarlaObservation
+        from carla_gym.server.environment import CarlaEnvironment
+        from carla_gym.server.guard import Guard
+        from carla_gym.server.mcp import ServerAction
 
     factory = functools.partial(CarlaEnvironment, scenario_name=scenario_name)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
-    app = create_app(factory, CarlaAction, CarlaObservation, env_name="carla_env", concurrency_config=config)
+    if web_enabled(web):
+        from openenv.core.env_server.web_interface import create_web_interface_app
+
+        from carla_gym.server.web import gradio_builder
+
+        app = create_web_interface_app(factory, ServerAction, CarlaObservation, "carla_env",
+                                       concurrency_config=config, gradio_builder=gradio_builder,
+                                       show_default_tab=False)  # openenv-core's Playground shares one env
+    else:  # what openenv-core's create_app builds without the web page
+        app = create_fastapi_app(factory, ServerAction, CarlaObservation, concurrency_config=config)
 
     async def bad_value(request, exc):  # invalid reset or step arguments over HTTP
         return JSONResponse(status_code=400, content={"detail": f"{type(exc).__name__}: {exc}"})
 
     for error in (ValueError, TypeError, OverflowError):
         app.add_exception_handler(error, bad_value)
-    return Guard(app)
+    return Guard(app, session_timeout)
