@@ -8,8 +8,10 @@ client: round-trip latency p50/p99 of ``observe`` steps in one session (``CarlaE
 aggregate steps/s with N concurrent sessions, first as N async clients on one event loop (how an
 async rollout loop uses the client), then as N blocking clients in N threads;
 and a TRL-style tool call (the action plus 10 observes: 11 ticks) done as 11 round trips versus
-one round trip with the batching extension (``metadata={"ticks": 11}``). Targets (issue #3):
-p50 <= 1 ms, >= 5,000 steps/s at 64 sessions on a 2-core machine.
+one round trip with the batching extension (``metadata={"ticks": 11}``); and an MCP tool call (issue 18:
+openenv-core's ``MCPToolClient`` sending ``CallToolAction("observe")`` over ``/ws``, one decision of 10 ticks)
+against the same 10 ticks as one ``CarlaAction`` (``metadata={"ticks": 10}``), alternating in one session each.
+Targets (issue #3): p50 <= 1 ms, >= 5,000 steps/s at 64 sessions on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -72,6 +74,28 @@ def latency(url: str, steps: int) -> dict:
     return {"p50_ms": times[len(times) // 2], "p99_ms": times[int(len(times) * 0.99) - 1],
             "tool_call_11_round_trips_ms": statistics.median(one_by_one),
             "tool_call_batched_ms": statistics.median(batched)}
+
+
+def mcp_latency(url: str, calls: int) -> dict:
+    """Median round trip [ms] of an MCP ``observe`` tool call and of the same 10 ticks as one ``CarlaAction``."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    observe = CallToolAction(tool_name="observe", arguments={})
+    ticks = CarlaAction(action_type="observe", metadata={"ticks": 10})
+    with MCPToolClient(base_url=url, message_timeout_s=30).sync() as mcp, \
+            CarlaEnv(base_url=url, message_timeout_s=30).sync() as env:
+        mcp.reset(scenario_name="trolley_micro_escape_exists", scenario_config=CONFIG)
+        env.reset(scenario_name="trolley_micro_escape_exists", scenario_config=CONFIG)
+        tool, action = [], []
+        for _ in range(calls):  # alternating, so both see the same machine load
+            start = time.perf_counter()
+            mcp.step(observe)
+            tool.append((time.perf_counter() - start) * 1e3)
+            start = time.perf_counter()
+            env.step(ticks)
+            action.append((time.perf_counter() - start) * 1e3)
+    return {"mcp_tool_call_ms": statistics.median(tool), "carla_action_10_ticks_ms": statistics.median(action)}
 
 
 def throughput_async(url: str, sessions: int, steps: int) -> float:
@@ -146,6 +170,7 @@ def main() -> None:
     proc, url = start_server(max(args.sessions))
     try:
         results = latency(url, args.steps)
+        results.update(mcp_latency(url, args.steps // 4))
         for n in args.sessions:
             results[f"async_steps_per_s_{n}_sessions"] = throughput_async(url, n, args.steps_per_session)
         for n in args.sessions:

@@ -15,10 +15,11 @@ One session = one WebSocket session of openenv-core's ``MCPToolClient`` (``/ws``
 task's scenario and seed, ``ListToolsAction`` for the manifest (the server's tools: the TRL
 adapter's names, docstrings and schemas) and one ``CallToolAction`` per tool call, whose reply
 carries the tool's text, the step's reward and rubric reward, and ``done``. The conversation the
-teacher sees is the TRL adapter's: one user message, this project's instruction
-(`carla_gym.llm.prompts`) followed by the text ``CarlaToolEnv.reset`` appends (the scene prompt and the
-first per-decision description), then the tools' texts. Trolley families only: navigation scenarios are
-refused (`NAV_UNSUPPORTED`).
+teacher sees is the TRL adapter's: one user message, this project's instruction for the family
+(`carla_gym.llm.prompts`) followed by the text ``CarlaToolEnv.reset`` or ``NavToolEnv.reset`` appends (the
+scene prompt and the first per-decision description, which the server sends in its state), then the tools'
+texts. Every family the server plays is collected: trolley and navigation (``maze_navigation``,
+``free_roam*``; the navigation tools, no oracle).
 
 Rewards (openenv-core's rule: ``verify`` forwards the environment's reward, never a new one): the
 episode's reward is its return under the server's rubric, the sum of the rubric rewards the server
@@ -81,15 +82,13 @@ with needs_extra("server"):  # a missing openenv-core names the install command
     from openenv.core.llm_client import LLMResponse, ToolCall
     from openenv.core.mcp_client import MCPToolClient
 
-from carla_gym.llm.prompts import reset_text, user_prompt
-from carla_gym.openenv.client import unreachable_message
+from carla_gym.llm.prompts import nav_user_prompt, state_reset_text, user_prompt
+from carla_gym.openenv.client import connect_explained
 from carla_gym.openenv.models import CarlaObservation, CarlaState
 from carla_gym.openenv.urls import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MESSAGE_TIMEOUT_S, check_timeout, check_url
-from carla_gym.server.navigation import check_scenario
-from carla_gym.sim.navigation.scenarios import is_nav_name
+from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_any_scenario
 from carla_gym.sim.outcomes import best_policies, policy_call
-from carla_gym.sim.scenarios import is_generated, resolve_scenario
-from carla_gym.sim.snapshot import Snapshot
+from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.validate import check_number, check_seed
 
 TEACHERS = ("oracle", "random", "brake")
@@ -110,16 +109,18 @@ DEFAULT_MAX_TURNS = 20
 layouts short)."""
 
 MAX_PLAY_OUT_CALLS = 10_000
-"""Most ``observe`` calls a play-out makes (5000 s of simulated time at 10 ticks per call; navigation episodes
-end by their time limit, 300 s by default, long before)."""
+"""Most ``observe`` calls a play-out makes (5000 s of simulated time at 10 ticks per call; the server's navigation
+episodes end by their ``max_steps``, 200 or 500 upstream steps by default, long before)."""
 
-PLAN_KEYS = ("scenarios", "scenario_config", "first_seed", "episode_id_prefix")
+ORACLE_NAV = ("the oracle teacher has no policy for the navigation scenario {!r} (no best outcome is simulated "
+              "there); use --teacher brake or random, or an LLM")
+"""Why the oracle refuses navigation scenarios."""
+
+RESUMABLE_CHANGES = ("env_base_url", "num_episodes_requested")
+"""``metadata.json`` keys a resumed run may change (the server's address, how many episodes in all); every other
+setting (the plan of which episode an id stands for, the teacher and its settings, ``max_turns``, ``play_out``)
+must stay, so that one ``results.jsonl`` holds episodes of one collection."""
 """``metadata.json`` keys that fix which episode an id stands for: a resumed run must keep them."""
-
-NAV_UNSUPPORTED = ("navigation scenario {!r}: not collected yet: the server sends no first observation text (the "
-                   "TRL adapter's reset text needs the traffic-light line, which only NavToolEnv computes); collect "
-                   "trolley scenarios")
-"""Why navigation scenarios are refused (the server would have to publish ``NavToolEnv.reset``'s text)."""
 
 _SESSION_ENDED = ("SESSION_CLOSED", "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 """Error codes with which the server ends a session (`carla_gym.openenv.client`): never a tool's error."""
@@ -136,14 +137,8 @@ class _Client(MCPToolClient):
     """
 
     async def connect(self) -> _Client:
-        if self._ws is not None:
-            return self
-        try:
-            await super().connect()
-        except ConnectionError as exc:
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
-            why = unreachable_message(self._ws_url, cause, self._connect_timeout)
-            raise ConnectionError(why.partition(" or use the embedded simulator")[0]) from cause
+        if self._ws is None:  # no embedded simulator to fall back to here
+            await connect_explained(super().connect, self._ws_url, self._connect_timeout, embedded=False)
         return self
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult:
@@ -252,18 +247,12 @@ class CarlaSession(ResourceSession):
     def initial_messages(self) -> list[Message]:
         """The TRL adapter's prompt: one user message, the instruction followed by the reset text.
 
-        `carla_gym.llm.prompts.INSTRUCTION`, then the scene prompt and the first per-decision description
-        (``CarlaToolEnv.reset``'s text), from the server's snapshot.
-
-        Raises:
-            ValueError: A navigation scenario (`NAV_UNSUPPORTED`).
+        The family's instruction (`carla_gym.llm.prompts.user_prompt`, `carla_gym.llm.prompts.nav_user_prompt`),
+        then the scene prompt and the first per-decision description (``CarlaToolEnv.reset``'s or
+        ``NavToolEnv.reset``'s text) from the server's state (`carla_gym.llm.prompts.state_reset_text`).
         """
-        if is_nav_name(self.scenario):
-            raise ValueError(NAV_UNSUPPORTED.format(self.scenario))
-        (message,) = user_prompt()
-        snap = Snapshot.from_wire(self.state.scenario_data["snapshot"])
-        scene, now = snap.scene_prompt, snap.description
-        return [{"role": "user", "content": message["content"] + reset_text(scene, now)}]
+        (message,) = nav_user_prompt() if is_nav_name(self.scenario) else user_prompt()
+        return [{"role": "user", "content": message["content"] + state_reset_text(self.state.scenario_data)}]
 
     def list_tools(self) -> list[Tool]:
         """The server's tool manifest (read once, at reset)."""
@@ -367,15 +356,12 @@ class CarlaSession(ResourceSession):
 def check_task(scenario: str, scenario_config: dict | None = None) -> None:
     """Check a scenario name and its overrides against this package's catalogue (before anything connects).
 
-    Generated scenarios draw their layout from the seed, so they are checked with seed 0 (as the server does).
+    The server's own check (`carla_gym.sim.navigation.scenarios.resolve_any_scenario`).
 
     Raises:
         ValueError: An unknown name or bad overrides, naming the valid choices.
     """
-    if is_generated(scenario):
-        resolve_scenario(scenario, scenario_config, seed=0)
-    else:
-        check_scenario(scenario, scenario_config)
+    resolve_any_scenario(scenario, scenario_config)
 
 
 class CarlaSessionFactory(ResourceSessionFactory):
@@ -527,8 +513,7 @@ class ScriptedTeacher:
         self._session = session
         if self.teacher == "oracle":
             if is_nav_name(session.scenario):
-                raise ValueError(f"the oracle teacher has no policy for the navigation scenario {session.scenario!r} "
-                                 "(no best outcome is simulated there); use --teacher brake or random, or an LLM")
+                raise ValueError(ORACLE_NAV.format(session.scenario))
             spec = resolve_scenario(session.scenario, session.scenario_config or None, session.seed)
             self._policy = best_policies(spec)[0]
         elif self.teacher == "random":
@@ -613,34 +598,37 @@ def collect(base_url: str, output_dir: str | Path, model_step: ModelStep | None 
         openenv-core's ``CollectResult`` (collected, skipped, failed counts, mean reward).
 
     Raises:
-        ValueError: Bad counts, seeds, timeouts or URL, an unknown scenario or teacher, a navigation scenario
-            (`NAV_UNSUPPORTED`), or a resume whose plan (`PLAN_KEYS`) differs from ``metadata.json``'s.
+        ValueError: Bad counts, seeds, timeouts or URL, an unknown scenario or teacher, the oracle teacher on a
+            navigation scenario, or a resume whose settings differ from ``metadata.json``'s (`RESUMABLE_CHANGES`
+            aside).
     """
     check_url(base_url)
     for name in scenarios:
         check_task(name, scenario_config)
-        if is_nav_name(name):
-            raise ValueError(NAV_UNSUPPORTED.format(name))
+        if model_step is None and teacher == "oracle" and is_nav_name(name):
+            raise ValueError(ORACLE_NAV.format(name))
     tasks = episode_tasks(list(scenarios), num_episodes, first_seed, scenario_config)
     max_turns = check_number("max_turns", max_turns, 1, 10**6, integer=True)
     factory = CarlaSessionFactory(base_url, play_out, connect_timeout_s, message_timeout_s)
     if model_step is None:
         model_step = ScriptedTeacher(teacher, factory, teacher_seed)
     serializer = RolloutSerializer(output_dir)
-    plan = {"scenarios": list(scenarios), "scenario_config": scenario_config or None, "first_seed": first_seed,
-            "episode_id_prefix": episode_id_prefix}
+    settings = {
+        "env": "carla_gym", "env_base_url": base_url, "collector": "carla-gym collect",
+        "scenarios": list(scenarios), "scenario_config": scenario_config or None, "first_seed": first_seed,
+        "episode_id_prefix": episode_id_prefix, "num_episodes_requested": int(num_episodes), "max_turns": max_turns,
+        "play_out": bool(play_out), "teacher": teacher if isinstance(model_step, ScriptedTeacher) else None,
+        "teacher_seed": teacher_seed if teacher == "random" else None, **(metadata or {})}
     if resume and serializer.results_path.exists() and serializer.metadata_path.exists():
         old = json.loads(serializer.metadata_path.read_text(encoding="utf-8"))
-        changed = {key: (old.get(key), plan[key]) for key in PLAN_KEYS if old.get(key) != plan[key]}
+        changed = {key: (old.get(key), settings.get(key)) for key in sorted(set(old) | set(settings))
+                   if key not in RESUMABLE_CHANGES and old.get(key) != settings.get(key)}
         if changed:
             diff = ", ".join(f"{key}: {a!r} there, {b!r} now" for key, (a, b) in changed.items())
-            raise ValueError(f"{serializer.results_path} holds episodes of another plan ({diff}); resume with the "
-                             "same settings (or --no-resume to start again), or choose another output directory")
-    serializer.write_metadata({
-        "env": "carla_gym", "env_base_url": base_url, "collector": "carla-gym collect", **plan,
-        "num_episodes_requested": int(num_episodes), "max_turns": max_turns, "play_out": bool(play_out),
-        "teacher": teacher if isinstance(model_step, ScriptedTeacher) else None,
-        "teacher_seed": teacher_seed if teacher == "random" else None, **(metadata or {})})
+            raise ValueError(f"{serializer.results_path} holds episodes collected with other settings ({diff}); "
+                             "resume with the same settings (or --no-resume to start again), or choose another "
+                             "output directory")
+    serializer.write_metadata(settings)
     runner = CollectRunner(session_factory=factory, harness_adapter=MCPHarnessAdapter(), serializer=serializer,
                            tasks=tasks, limits=HarnessRunLimits(max_turns=max_turns))
     return runner.run(model_step=model_step, num_episodes=len(tasks), episode_id_prefix=episode_id_prefix,

@@ -118,20 +118,76 @@ def test_resume_skips_collected_episodes_and_refuses_another_plan(server, tmp_pa
         [("ep-000000", 0, 0.0), ("ep-000001", 1, 1.0), ("ep-000002", 2, 1.0)]
     with pytest.raises(ValueError, match=r"first_seed: 0 there, 5 now.*same settings"):
         collect(server.url, tmp_path, scenarios=[GENERATED], num_episodes=3, first_seed=5, teacher="brake")
+    with pytest.raises(ValueError, match=r"other settings \(teacher: 'brake' there, 'oracle' now\)"):
+        collect(server.url, tmp_path, scenarios=[GENERATED], num_episodes=4, teacher="oracle")
+    with pytest.raises(ValueError, match=r"play_out: True there, False now"):
+        collect(server.url, tmp_path, scenarios=[GENERATED], num_episodes=4, teacher="brake", play_out=False)
     assert (tmp_path / "results.jsonl").read_text() == text
+    assert json.loads((tmp_path / "metadata.json").read_text())["teacher"] == "brake"  # not rewritten
 
 
 def test_unfinished_episodes_keep_the_servers_reward_or_are_played_out(server, tmp_path):
-    cut = collect(server.url, tmp_path / "cut", scenarios=[GENERATED], num_episodes=1, max_turns=1)
+    cut = collect(server.url, tmp_path / "cut", scenarios=[GENERATED], num_episodes=1, max_turns=1, play_out=False)
     (row,) = records(tmp_path / "cut")
     assert cut.num_collected == 1 and row["done"] is False and row["reward"] == 0.0  # the rubric pays at the end
     assert row["verify_metrics"]["finished"] is False and row["verify_metrics"]["outcome"] is None
     assert [e["tool_name"] for e in row["tool_trace"]] == ["lane_change"]
-    collect(server.url, tmp_path / "played", scenarios=[GENERATED], num_episodes=1, max_turns=1, play_out=True)
+    collect(server.url, tmp_path / "played", scenarios=[GENERATED], num_episodes=1, max_turns=1)  # the default
     (played,) = records(tmp_path / "played")
     assert played["done"] is True and played["reward"] == 1.0 and len(played["tool_trace"]) == 1
     assert played["verify_metrics"]["play_out_calls"] == 5  # the oracle's episode: 6 decisions
     assert played["verify_metrics"]["outcome_success"] is True
+
+
+def test_navigation_transcripts_are_the_servers_tools_and_the_adapters_prompt(server, tmp_path):
+    """Navigation (random teacher, free roam with traffic): the prompt is `NavToolEnv`'s.
+
+    Every tool text, reward and ``done`` equal `CarlaEnvironment.call_tool`'s for the same calls (the MCP tools
+    run the adapter's bodies).
+    """
+    from carla_gym.llm.nav_tools import NavToolEnv
+    from carla_gym.llm.prompts import NAV_INSTRUCTION, reset_text
+    from carla_gym.server.environment import CarlaEnvironment
+    from carla_gym.server.mcp import ToolCallError
+    from carla_gym.sim.navigation.describe import observation_text
+
+    scenario = "free_roam_Town10HD_Opt_v5_p3"
+    result = collect(server.url, tmp_path, scenarios=[scenario], num_episodes=2, first_seed=4, teacher="random",
+                     teacher_seed=1, max_turns=6, play_out=False)
+    assert (result.num_collected, result.num_failed) == (2, 0)
+    refusals = 0
+    for seed, row in zip((4, 5), records(tmp_path), strict=True):
+        env = CarlaEnvironment()
+        try:
+            env.reset(scenario_name=scenario, seed=seed)
+            episode = env._nav
+            with NavToolEnv() as adapter:  # the adapter's scene prompt for the same scenario (its own seed)
+                prompt = adapter.reset(scenario, seed=seed).partition("\nNow:\n")[0]
+            first = observation_text(episode.observation())
+            content = NAV_INSTRUCTION + reset_text(prompt.removeprefix("\n\n"), first)
+            assert row["messages"][0] == {"role": "user", "content": content}
+            tool_messages = [m for m in row["messages"] if m["role"] == "tool"]
+            assert len(tool_messages) == len(row["tool_trace"]) == 6  # the random teacher never stops early
+            total = 0.0
+            refused = 0
+            for message, entry in zip(tool_messages, row["tool_trace"], strict=True):
+                try:
+                    reply = env.call_tool(entry["tool_name"], entry["arguments"])
+                except ToolCallError as exc:  # a lane change without a neighbour: the teacher reads the error
+                    assert str(exc) in message["content"] and entry["tool_name"] == "lane_change"
+                    refused += 1
+                    continue
+                total += reply.rubric_reward
+                assert message["content"] == reply.text
+                assert entry["result"]["metadata"]["rubric_reward"] == reply.rubric_reward
+            assert row["done"] == (env.state.scenario_data["outcome"] is not None)
+            assert row["reward"] == pytest.approx(total, abs=0.0) and row["verify_metrics"]["tool_calls"] == 6
+            refusals += refused
+            names = {e["tool_name"] for e in row["tool_trace"]}
+            assert not names & {"control_vehicle", "set_destination"}  # free (number) arguments: not drawn
+        finally:
+            env.close()
+    assert refusals == 1  # the refused path is exercised (seed 4 or 5: a lane change without a neighbour)
 
 
 def test_refused_calls_go_back_to_the_teacher_and_change_nothing(server):
@@ -139,12 +195,6 @@ def test_refused_calls_go_back_to_the_teacher_and_change_nothing(server):
     session = factory.create(FIXED, seed=0)
     try:
         assert [t.name for t in session.list_tools()] == ["observe", "emergency_stop", "lane_change"]
-        navigation = factory.create("maze_navigation", seed=0)
-        try:
-            with pytest.raises(ValueError, match="not collected yet"):
-                navigation.initial_messages()
-        finally:
-            navigation.close()
         for name, args, words in (("lane_change", {"direction": "up"}, "direction='up' is not valid"),
                                   ("fly", {}, "unknown tool 'fly'")):
             result = session.call_tool(name, args)
@@ -163,7 +213,9 @@ def test_refused_calls_go_back_to_the_teacher_and_change_nothing(server):
 
 def test_errors_name_the_problem(server, tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(ConnectionError, match=rf"{url.replace('http', 'ws')}/ws.*refused"):
+    port = url.rsplit(":", 1)[1]
+    with pytest.raises(ConnectionError, match=rf"{url.replace('http', 'ws')}/ws.*refused.*\. Start a server there "
+                                              rf"\(.*serve --port {port}\) or pass its URL$"):
         check_server(url)
     with pytest.raises(ValueError, match="trolley_nowhere"):
         collect(server.url, tmp_path, scenarios=["trolley_nowhere"], num_episodes=1)
@@ -171,8 +223,8 @@ def test_errors_name_the_problem(server, tmp_path):
         episode_tasks([FIXED], 0)
     with pytest.raises(ValueError, match="max_turns"):
         collect(server.url, tmp_path, scenarios=[FIXED], num_episodes=1, max_turns=0)
-    with pytest.raises(ValueError, match="navigation scenario 'maze_navigation': not collected yet"):
-        collect(server.url, tmp_path, scenarios=["maze_navigation"], num_episodes=1, teacher="brake")
+    with pytest.raises(ValueError, match="oracle teacher has no policy for the navigation scenario 'maze_navigation'"):
+        collect(server.url, tmp_path, scenarios=["maze_navigation"], num_episodes=1)  # before connecting
     with pytest.raises(ValueError, match="teacher='sly'"):
         ScriptedTeacher("sly", CarlaSessionFactory(server.url))
     assert not (tmp_path / "results.jsonl").exists()

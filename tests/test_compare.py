@@ -547,7 +547,8 @@ def test_carla_gym_compare_command_dispatches(tmp_path, capsys, monkeypatch):
                                          r"--agents oracle --out \S+ --overwrite;"):
         cli.main(["compare", "--agents", "oracle", "--out", str(tmp_path / "c")])  # hints as it was started
     assert sys.argv[0] != "carla-gym compare"  # restored after the dispatch
-    with pytest.raises(SystemExit, match=r"carla-gym: unknown command 'train'; valid: serve, compare"):
+    with pytest.raises(SystemExit,
+                       match=r"carla-gym: unknown command 'train'; valid: serve, collect, compare, package"):
         cli.main(["train"])
     assert "carla-gym compare [options] (carla-gym compare --help lists every option)" in cli.usage()
     monkeypatch.setattr(cli, "commands", dict)  # an install from before carla-gym-compare existed

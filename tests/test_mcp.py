@@ -189,7 +189,9 @@ def test_trolley_episode_is_equal_through_the_adapter_websocket_and_mcp(server):
     assert http == adapter
     status, after = rpc(url, "tools/call", {"session_id": session, "name": "observe"}, rid=9)
     assert status == 200 and after["id"] == 9 and after["error"]["code"] == -32000
-    assert "reset to start another" in after["error"]["message"] and after["error"]["data"]["kind"] == "episode_over"
+    assert after["error"]["message"].endswith("steps; start another with a reset (over /ws), or close this session "
+                                              "and open a new one (HTTP /mcp: openenv/session/create)")
+    assert after["error"]["data"]["kind"] == "episode_over"
     assert rpc(url, "openenv/session/close", {"session_id": session})[1]["result"]["closed"] is True
 
 
@@ -197,6 +199,22 @@ def test_braking_scores_zero_over_mcp(server):
     replies, _ = mcp_client_episode(server.url, MICRO, 0, [("emergency_stop", {})] + [("observe", {})] * 30)
     assert replies[-1][2] == 0.0 and all(r[2] == 0.0 for r in replies)
     assert replies[-1][0].endswith("Stop calling tools.")
+
+
+def test_a_call_after_the_end_is_refused_with_done_true_over_the_ws_step(server):
+    """A loop that checks only ``result.done`` stops: the refused call reports the episode as over."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+    from openenv.core.mcp_client import MCPToolClient
+
+    with MCPToolClient(base_url=server.url).sync() as client:
+        client.reset(scenario_name=MICRO, seed=0)
+        refused = client.step(CallToolAction(tool_name="lane_change", arguments={"direction": "up"}))
+        assert refused.done is False and refused.observation.error.error_type.value == "invalid_args"
+        while not client.step(CallToolAction(tool_name="observe", arguments={})).done:
+            pass
+        after = client.step(CallToolAction(tool_name="observe", arguments={}))
+        assert after.done is True and after.reward is None
+        assert "is over after 5 steps" in after.observation.error.message
 
 
 def test_generated_episode_is_equal_through_the_adapter_and_mcp(server):
@@ -211,6 +229,31 @@ def _nav_calls(goal) -> list[tuple[str, dict]]:
     return [("observe", {}), ("init_navigation_agent", {"behavior": "cautious"}),
             ("set_destination", {"x": float(goal[0]), "y": float(goal[1])}), ("follow_route", {"steps": 40}),
             ("control_vehicle", {"throttle": 0.5, "steer": 0.0}), ("emergency_stop", {}), ("follow_route", {})]
+
+
+def test_navigation_episodes_end_by_the_servers_max_steps_unless_the_reset_lengthens_them():
+    """The server keeps upstream's step budget; ``scenario_config={"max_steps": 6000}`` gives the adapter's length.
+
+    Maze: 200 upstream steps, one per tick of a plain action, where `NavToolEnv` ends by 300 s of simulated time:
+    the 20th observe (10 ticks each) ends the server's maze episode and not the adapter's.
+    """
+    import gymnasium
+
+    seed = int(gymnasium.utils.seeding.np_random(0)[0].integers(2**63 - 1))  # the adapter's episode (seed 0)
+    with NavToolEnv(play_out=False) as adapter:
+        adapter.reset("maze_navigation", 0)
+        for _ in range(20):
+            adapter.observe()
+        assert not adapter.done
+    for config, done_at in (({}, 20), ({"max_steps": 6000}, None)):
+        env = CarlaEnvironment()
+        env.reset(scenario_name="maze_navigation", seed=seed, scenario_config=config)
+        ends = [env.call_tool("observe", {}).done for _ in range(21 if done_at is None else 20)]
+        assert ends.index(True) + 1 == done_at if done_at else not any(ends)
+        if done_at:
+            outcome = env.state.scenario_data["outcome"]
+            assert outcome["end_reason"] == "max_steps" and outcome["time"] == pytest.approx(10.0)
+        env.close()
 
 
 def test_navigation_episode_is_equal_through_the_adapter_websocket_and_mcp(server):
@@ -380,6 +423,8 @@ def test_tool_errors_are_json_rpc_errors_and_change_nothing(server):
         for params, code, kind in bad:
             _, answer = rpc(url, "tools/call", {"session_id": session, **params}, rid=3)
             assert answer["error"]["code"] == code and answer["error"]["data"]["kind"] == kind, answer
+            if kind == "unknown_tool":
+                assert answer["error"]["message"] == "Unknown tool: 'fly' (tools/list names this session's tools)"
         _, answer = rpc(url, "tools/call", {"session_id": session, "name": "lane_change",
                                             "arguments": {"direction": "up"}})
         assert answer["error"]["message"] == "direction='up' is not valid; use 'left' or 'right'"
@@ -460,10 +505,12 @@ def test_mcp_sessions_obey_max_sessions():
 
 @pytest.mark.slow
 def test_reclaimed_mcp_sessions_get_session_closed_errors():
-    with ServerThread(max_sessions=2, session_timeout=0.5) as running:
+    from websockets.exceptions import ConnectionClosed
+
+    with ServerThread(max_sessions=3, session_timeout=0.5) as running:
         url = running.url
         session = rpc(url, "openenv/session/create")[1]["result"]["session_id"]
-        with connect(url.replace("http", "ws") + "/mcp") as ws:
+        with connect(url.replace("http", "ws") + "/mcp") as ws, connect(url.replace("http", "ws") + "/ws") as env_ws:
             import time
 
             time.sleep(7)  # openenv-core's reaper looks every max(timeout / 4, 5 s)
@@ -472,8 +519,15 @@ def test_reclaimed_mcp_sessions_get_session_closed_errors():
             ws.send(json.dumps({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "observe"}, "id": 4}))
             answer = json.loads(ws.recv(timeout=30))
             assert answer["error"]["code"] == -32000 and answer["error"]["data"] == {"code": "SESSION_CLOSED"}
-        fresh = rpc(url, "openenv/session/create")[1]["result"]["session_id"]  # both slots are free again
-        assert rpc(url, "openenv/session/create")[1]["result"]["session_id"] != fresh
+            env_ws.send(json.dumps({"type": "mcp", "data": {"jsonrpc": "2.0", "method": "tools/call", "id": 5,
+                                                            "params": {"name": "observe"}}}))
+            answer = json.loads(env_ws.recv(timeout=30))
+            assert answer["type"] == "mcp" and answer["data"]["error"]["data"] == {"code": "SESSION_CLOSED"}
+            for socket in (ws, env_ws):  # the server closed both connections after the error
+                with pytest.raises(ConnectionClosed):
+                    socket.recv(timeout=30)
+        fresh = [rpc(url, "openenv/session/create")[1]["result"]["session_id"] for _ in range(3)]  # slots free
+        assert len(set(fresh)) == 3
 
 
 @pytest.mark.slow

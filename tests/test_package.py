@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 from servers import ServerThread, free_port, stop_server
 
 import carla_gym.openenv as openenv
+from carla_gym.hints import python_command
 from carla_gym.openenv import CarlaAction, CarlaEnv
 from carla_gym.server import package as pkg
 
@@ -99,6 +100,8 @@ def test_folder_contents(folder):
     project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
     own = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = [str(Requirement(r)) for r in own["dependencies"] + own["optional-dependencies"]["server"]]
+    assert [r for r in wanted if r.startswith("uv>")] == ["uv>=0.5"]  # [server] has it for carla-gym package ...
+    wanted.remove("uv>=0.5")  # ... but the served folder does not
     assert project["dependencies"] == wanted == pkg.server_dependencies()
     assert not [r for r in project["dependencies"] if "torch" in r]
     assert project["scripts"] == {"server": "server.app:main", "carla-gym": "carla_gym.cli:main"}
@@ -201,6 +204,14 @@ def test_without_lock_the_printed_command_writes_it_and_force_replaces_the_folde
                                   "lock", "--directory", "./carla_space"])
     assert "carla-gym package: wrote the OpenEnv environment folder ./carla_space" in out
     assert validate_multi_mode_deployment(target) == (False, ["Missing uv.lock - run 'uv lock' to generate it"])
+    subprocess.run(command, shell=True, check=True, capture_output=True, timeout=300)
+    assert validate_multi_mode_deployment(target) == (True, [])
+    # without uv beside this Python or on PATH, the hint installs it and runs it through this Python
+    monkeypatch.setattr(pkg, "find_uv", lambda: None)
+    (target / "uv.lock").unlink()
+    command = pkg.lock_command(target)
+    assert command == (f"{python_command('-m', 'pip', 'install', 'uv')} && "
+                       f"{python_command('-m', 'uv', 'lock', '--directory', './carla_space')}")
     subprocess.run(command, shell=True, check=True, capture_output=True, timeout=300)
     assert validate_multi_mode_deployment(target) == (True, [])
 

@@ -19,7 +19,6 @@ import contextlib
 import dataclasses
 import importlib
 import io
-import json
 import re
 import select
 import shlex
@@ -340,18 +339,16 @@ def _grpo_smoke(argv, comment):
         assert (Path(tmp) / out / "model").is_dir()
 
 
-def _openenv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the ``openenv`` CLI of this environment (openenv-core's) with a 120 s limit."""
-    return subprocess.run([str(Path(sys.executable).with_name("openenv")), *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
-
-
 def _validate_url(argv, comment, servers):
-    """openenv-core's validator, verbatim against the README's server (its URL replaced): every criterion passes."""
-    url = next(iter(servers.values()))[0]
-    done = _openenv(*[a.replace(URL, url) for a in argv[1:]])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    """openenv-core's validator against the README's server: every criterion passes.
+
+    In process (``openenv validate --url`` runs ``validate_running_environment``): the ``openenv`` command line
+    takes 8 s to start; tests/test_mcp.py's slow test runs it verbatim against a server process.
+    """
+    from openenv.cli._validation import validate_running_environment
+
+    assert argv[1:] == ["validate", "--url", URL]
+    report = validate_running_environment(next(iter(servers.values()))[0])
     assert report["passed"] and report["summary"]["failed_criteria"] == [], report
 
 
@@ -377,17 +374,26 @@ def _package(argv, comment, folder):
 
 
 def _validate_folder(argv, comment, folder):
-    """``openenv validate DIR`` verbatim on the folder the README's package command wrote; its verdict as shown."""
-    done = _openenv(*argv[1:], cwd=folder.parent)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip() == comment.split("#")[0].strip()
+    """``openenv validate DIR`` on the folder the README's package command wrote; its verdict as shown.
+
+    In process (what the command runs: ``validate_multi_mode_deployment`` and ``format_validation_report``);
+    tests/test_package.py's slow test runs the command line verbatim.
+    """
+    from openenv.cli._validation import format_validation_report, validate_multi_mode_deployment
+
+    assert argv[1:] == ["validate", folder.name]
+    valid, issues = validate_multi_mode_deployment(folder)
+    assert format_validation_report(folder.name, valid, issues) == comment.split("#")[0].strip()
 
 
 def _push(argv, comment, folder):
     """Needs a Hugging Face login and the network: the folder exists and ``openenv push`` takes the arguments."""
-    assert argv[2] == folder.name and argv[3] == "--repo-id"
-    done = _openenv("push", "--help")
-    assert done.returncode == 0 and "--repo-id" in done.stdout
+    import inspect
+
+    from openenv.cli.commands.push import push
+
+    assert argv[2] == folder.name and argv[3] == "--repo-id" and folder.is_dir()
+    assert {"directory", "repo_id"} <= set(inspect.signature(push).parameters)
 
 
 def _docker(argv, comment, folder):

@@ -16,10 +16,9 @@ from servers import start_server, stop_server
 from carla_gym.llm.nav_tools import NavToolEnv
 from carla_gym.llm.tools import CarlaToolEnv
 from carla_gym.server.environment import CarlaEnvironment
-from carla_gym.server.navigation import check_scenario
 from carla_gym.server.web import FOLLOW_STEPS, reset_text, scenario_choices
-from carla_gym.sim.navigation.scenarios import is_nav_name
-from carla_gym.sim.scenarios import family_of, is_generated, resolve_scenario
+from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_any_scenario
+from carla_gym.sim.scenarios import family_of
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 """Debian's chromium and chromium-driver."""
@@ -46,7 +45,7 @@ def test_scenario_choices_cover_every_family():
     names = scenario_choices()
     assert len(names) == len(set(names))
     for name in names:  # every choice is a valid name
-        resolve_scenario(name, seed=0) if is_generated(name) else check_scenario(name)
+        resolve_any_scenario(name)
     families = [("navigation" if is_nav_name(n) else family_of(n)) for n in names]
     assert families == sorted(families, key=["trolley_micro", "trolley_generated", "action_bias",
                                              "navigation"].index)  # grouped, in the page's order
@@ -179,6 +178,26 @@ def enabled(driver, elem_id: str) -> bool:
 
     found = driver.find_elements(By.CSS_SELECTOR, f"#{elem_id}")
     return bool(found) and found[0].is_displayed() and found[0].is_enabled()
+
+
+@pytest.mark.slow
+def test_shared_environment_routes_are_left_out(web_url):
+    """openenv-core's one-environment-for-everyone routes answer 404; ``/web/metadata`` is the environment's."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    for method, path in (("POST", "/web/reset"), ("POST", "/web/step"), ("GET", "/web/state")):
+        request = urllib.request.Request(web_url + path, method=method, data=b"{}" if method == "POST" else None,
+                                         headers={"content-type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        refused.value.close()  # the error holds the response
+        assert refused.value.code == 404, path
+    with urllib.request.urlopen(web_url + "/web/metadata", timeout=30) as response:
+        web = json.loads(response.read())
+    with urllib.request.urlopen(web_url + "/metadata", timeout=30) as response:
+        assert web == json.loads(response.read()) and web["name"] == "carla_env"
 
 
 @pytest.mark.slow

@@ -354,14 +354,11 @@ class NavToolEnv:
 
     def _frame(self) -> np.ndarray:
         """The ``view`` camera now, (H, W, 3) uint8 (bird's-eye: the env's route ahead and the goal drawn)."""
-        from carla_gym.sim.town.render import render_town
+        from carla_gym.sim.town.render import render_world
 
         env = self.env
-        world = env.world
-        walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
-        return render_town(world.town, world.vehicles, walkers, world.lights, view=self._view, width=self._width,
-                           height=image_height(self._width), route=env.route.waypoints[env.tracker.index:],
-                           goal=np.array(env.episode.goal[:2]))
+        return render_world(env.world, view=self._view, width=self._width, height=image_height(self._width),
+                            route=env.route.waypoints[env.tracker.index:], goal=np.array(env.episode.goal[:2]))
 
     def _finish(self) -> float:
         """Play the episode out with the controls held (when ``play_out``); the episode's reward."""

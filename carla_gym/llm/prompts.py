@@ -47,6 +47,20 @@ def reset_text(scene: str, now: str) -> str:
     return f"\n\n{scene}\nNow:\n{now}"
 
 
+def state_reset_text(scenario_data: dict) -> str:
+    """`reset_text` from a server state's ``scenario_data`` (this project's server, `carla_gym.server`).
+
+    Trolley families read the scene prompt and description of the snapshot (``scenario_data["snapshot"]``),
+    navigation the ``scene_prompt`` and ``description`` keys (`carla_gym.server.navigation.nav_scenario_data`);
+    right after a reset this is the text the TRL adapter's ``reset`` returns for the same episode.
+
+    Raises:
+        KeyError: ``scenario_data`` has neither (not this project's server).
+    """
+    source = scenario_data["snapshot"] if "snapshot" in scenario_data else scenario_data
+    return reset_text(source["scene_prompt"], source["description"])
+
+
 def user_prompt() -> list[dict]:
     """The conversational prompt of one episode, before the scene is appended.
 

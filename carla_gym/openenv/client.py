@@ -78,6 +78,19 @@ class _Unreachable(ConnectionError):
     """No WebSocket connection could be opened (see `unreachable_message`)."""
 
 
+async def connect_explained(connect, ws_url: str, connect_timeout_s: float, embedded: bool = True) -> None:
+    """Await ``connect()`` (an openenv-core client's ``connect``); a failure says why and what to do.
+
+    Raises:
+        ConnectionError: With `unreachable_message` for ``ws_url`` (the original error as its cause).
+    """
+    try:
+        await connect()
+    except ConnectionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        raise _Unreachable(unreachable_message(ws_url, cause, connect_timeout_s, embedded)) from cause
+
+
 def _refused(exc: BaseException) -> bool:
     """Whether ``exc`` is a refused TCP connection (asyncio joins one per address it tried)."""
     if isinstance(exc, ConnectionRefusedError):
@@ -87,8 +100,12 @@ def _refused(exc: BaseException) -> bool:
             and text.count("[Errno") == text.count(f"[Errno {errno.ECONNREFUSED}]"))
 
 
-def unreachable_message(ws_url: str, cause: BaseException, connect_timeout_s: float) -> str:
-    """The message for a connection to ``ws_url`` that failed with ``cause``: why, and what to do."""
+def unreachable_message(ws_url: str, cause: BaseException, connect_timeout_s: float, embedded: bool = True) -> str:
+    """The message for a connection to ``ws_url`` that failed with ``cause``: why, and what to do.
+
+    ``embedded``: whether the caller could use the embedded simulator instead (the envs and adapters can; a
+    rollout collection from a server cannot), which the message then offers.
+    """
     parts = urlsplit(ws_url)
     host = parts.hostname or "?"
     port = parts.port or (443 if parts.scheme == "wss" else 80)
@@ -111,6 +128,8 @@ def unreachable_message(ws_url: str, cause: BaseException, connect_timeout_s: fl
     local = host in ("127.0.0.1", "localhost", "::1")
     serve = serve_command("--port", str(port)) if local else \
         f"{serve_command('--host', '0.0.0.0', '--port', str(port))} on {host}"
+    if not embedded:
+        return f"could not connect to {ws_url}: {why}. Start a server there ({serve}) or pass its URL"
     return (f"could not connect to {ws_url}: {why}. Either start a server there ({serve}) or use the embedded "
             "simulator, which needs no server (backend='embedded', the default: no base_url, no --env-urls)")
 
@@ -189,13 +208,8 @@ class CarlaEnv(EnvClient[CarlaAction, CarlaObservation, CarlaState]):
             ConnectionError: Naming the URL, the reason (refused, no handshake within
                 ``connect_timeout_s``, unknown host, not an OpenEnv server) and the ways forward.
         """
-        if self._ws is not None:
-            return self
-        try:
-            await super().connect()
-        except ConnectionError as exc:
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
-            raise _Unreachable(unreachable_message(self._ws_url, cause, self._connect_timeout)) from cause
+        if self._ws is None:
+            await connect_explained(super().connect, self._ws_url, self._connect_timeout)
         return self
 
     def __enter__(self) -> CarlaEnv:

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from carla_gym.sim.render import TOPDOWN_SIZE
-from carla_gym.sim.town.render import render_town
+from carla_gym.sim.town.render import render_world
 
 
 def reward_frame(world, size: int = TOPDOWN_SIZE) -> np.ndarray:
@@ -28,9 +28,7 @@ def reward_frame(world, size: int = TOPDOWN_SIZE) -> np.ndarray:
     Returns:
         uint8 RGB (size, size, 3): vehicles, walkers and traffic lights over the town's ground.
     """
-    walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
-    return render_town(world.town, world.vehicles, walkers, world.lights, ego_index=0, view="topdown", width=size,
-                       height=size)
+    return render_world(world, ego_index=0, view="topdown", width=size, height=size)
 
 
 class NavRewardCamera(gym.Wrapper):

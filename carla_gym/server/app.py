@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_nav_scenario
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.navigation.scenarios import resolve_any_scenario
 
 DEFAULT_MAX_SESSIONS = 64
 """Default session limit: a GRPO batch of 64 rollouts on one server."""
@@ -26,10 +25,7 @@ def check_options(scenario_name: str, max_sessions: int, session_timeout: float)
     Raises:
         ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
     """
-    if is_nav_name(scenario_name):
-        resolve_nav_scenario(scenario_name)
-    else:
-        resolve_scenario(scenario_name, seed=0)  # the generated family needs a seed; any checks the name
+    resolve_any_scenario(scenario_name)
     if max_sessions < 1:
         raise ValueError(f"max_sessions={max_sessions!r}: must be >= 1")
     if not session_timeout > 0:
@@ -46,6 +42,31 @@ def web_enabled(web: bool = False) -> bool:
     import os
 
     return bool(web) or os.environ.get(WEB_ENV_VAR, "false").strip().lower() in ("true", "1", "yes")
+
+
+SHARED_ENV_ROUTES = ("/web/reset", "/web/step", "/web/state", "/ws/ui")
+"""openenv-core's web interface routes that drive one environment shared by every visitor (its
+``WebInterfaceManager``); the project's page gives each visitor their own, so the app leaves these out."""
+
+
+def _replace_shared_env_routes(app) -> None:
+    """Drop `SHARED_ENV_ROUTES` (they answer 404, as any unknown path) and serve ``GET /web/metadata`` as ``/metadata``.
+
+    openenv-core builds those routes on its ``WebInterfaceManager``, which would make one shared environment of
+    the session factory (and, given a ``functools.partial``, fails on every request).
+    """
+    from fastapi.routing import APIRoute
+
+    from carla_gym.server.environment import environment_metadata
+
+    async def web_metadata():  # the environment's own metadata (name carla_env), as GET /metadata answers
+        return environment_metadata().model_dump()
+
+    routes = app.router.routes
+    routes[:] = [r for r in routes if getattr(r, "path", None) not in SHARED_ENV_ROUTES]
+    for i, route in enumerate(routes):
+        if isinstance(route, APIRoute) and route.path == "/web/metadata":
+            routes[i] = APIRoute("/web/metadata", web_metadata, methods=["GET"], include_in_schema=False)
 
 
 def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -89,9 +110,12 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
 
         from carla_gym.server.web import gradio_builder
 
+        builder = functools.partial(gradio_builder, env_factory=factory, scenario_name=scenario_name,
+                                    idle_timeout_s=session_timeout)
         app = create_web_interface_app(factory, ServerAction, CarlaObservation, "carla_env",
-                                       concurrency_config=config, gradio_builder=gradio_builder,
+                                       concurrency_config=config, gradio_builder=builder,
                                        show_default_tab=False)  # openenv-core's Playground shares one env
+        _replace_shared_env_routes(app)
     else:  # what openenv-core's create_app builds without the web page
         app = create_fastapi_app(factory, ServerAction, CarlaObservation, concurrency_config=config)
 

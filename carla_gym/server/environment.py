@@ -22,9 +22,12 @@ ego touched (`add_collisions`, the trolley side's rule; ``actor_id`` as ``nearby
 ``capture_image`` renders the town's front camera.
 Trolley scenarios keep refusing the navigation actions.
 
-Generated scenarios (``trolley_generated_train``/``_test``, `carla_gym.sim.generated`) draw their layout
-from the reset ``seed``; a reset without one draws a seed from the OS (`GENERATED_SEED_BOUND`) and
-records it in ``scenario_data["seed"]``, so the episode can be replayed.
+Generated scenarios (``trolley_generated_train``/``_test``, `carla_gym.sim.generated`) and the navigation
+families draw their episode from the reset ``seed``; a reset without one draws a seed from the OS
+(`GENERATED_SEED_BOUND`) and records it in ``scenario_data["seed"]``, so the episode can be replayed. The
+seed is the backend's: the Gymnasium envs and the TRL adapters draw the backend seed of an episode from their
+own ``reset(seed=s)``, so seed s there and seed s here are different episodes (the fixed trolley scenarios
+aside, which take no seed).
 
 MCP: the environment is an openenv-core ``MCPEnvironment`` with its own FastMCP server, offering the TRL
 adapters' tools of the current family (`carla_gym.server.mcp`: routes, reply format, errors); `call_tool`
@@ -63,12 +66,13 @@ from PIL import Image
 from carla_gym.llm.tools import EPISODE_OVER
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
 from carla_gym.server import mcp
-from carla_gym.server.navigation import check_scenario, is_nav_name, nav_image, nav_observation, nav_scenario_data
+from carla_gym.server.navigation import is_nav_name, nav_image, nav_observation, nav_scenario_data
 from carla_gym.server.rubrics import CarlaNavigationRubric, rubric_for
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.navigation.describe import observation_text
 from carla_gym.sim.navigation.episode import NavEpisode
+from carla_gym.sim.navigation.scenarios import resolve_any_scenario
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
 from carla_gym.sim.scenarios import is_generated, resolve_scenario
@@ -152,6 +156,22 @@ def add_collisions(collisions: list[dict], frame: int, contacts) -> None:
                                "intensity": float(speed_kmh)})
 
 
+def environment_metadata() -> EnvironmentMetadata:
+    """The environment's name (``carla_env``, upstream's), description and version (this package's)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        package_version = version("openenv-carla-gym")
+    except PackageNotFoundError:  # a source tree that is not installed
+        package_version = "0.0.0"
+    return EnvironmentMetadata(
+        name="carla_env",
+        description="OpenEnv CARLA on an embedded simulator: trolley-problem scenarios and town navigation, "
+                    "driven through upstream's CarlaAction or the MCP tools observe, emergency_stop, "
+                    "lane_change (and the navigation tools)",
+        version=package_version, author="openenv-carla-gym")
+
+
 class CarlaEnvironment(MCPEnvironment):
     """One isolated embedded simulator per session (WebSocket ``/ws``, MCP ``/mcp`` or a web page visitor).
 
@@ -169,10 +189,7 @@ class CarlaEnvironment(MCPEnvironment):
 
     def __init__(self, scenario_name: str = "trolley_saves", scenario_config: dict | None = None) -> None:
         super().__init__(FastMCP("carla_env"))
-        if is_generated(scenario_name):  # its layout needs a seed: check the name and overrides with seed 0
-            resolve_scenario(scenario_name, scenario_config, seed=0)
-        else:
-            check_scenario(scenario_name, scenario_config)
+        resolve_any_scenario(scenario_name, scenario_config)
         self._name = scenario_name
         self._config = dict(scenario_config or {})
         self._world: World | None = None
@@ -222,10 +239,10 @@ class CarlaEnvironment(MCPEnvironment):
         else:
             name, config = self._name, {**self._config, **(scenario_config or {})}
         episode_id = episode_id if episode_id is not None else str(uuid.uuid4())
+        if seed is None and (is_generated(name) or is_nav_name(name)):  # drawn and recorded: replayable
+            seed = secrets.randbelow(GENERATED_SEED_BOUND)
         if is_nav_name(name):
             return self._reset_nav(name, config, seed, episode_id)
-        if seed is None and is_generated(name):  # drawn here and recorded, so the episode can be replayed
-            seed = secrets.randbelow(GENERATED_SEED_BOUND)
         spec = resolve_scenario(name, config, seed)
         self._name, self._config = name, config
         self._world, self._nav = World(spec), None
@@ -320,7 +337,8 @@ class CarlaEnvironment(MCPEnvironment):
                                     "argument names to values")
         if (self._nav.done if navigation else self._world.done):
             raise mcp.ToolCallError(mcp.EPISODE_OVER, f"the episode of {self._name!r} is over after "
-                                    f"{self._tally.steps} steps; reset to start another")
+                                    f"{self._tally.steps} steps; start another with a reset (over /ws), or "
+                                    "close this session and open a new one (HTTP /mcp: openenv/session/create)")
         return mcp.run_tool(self, definitions, navigation, name, arguments)
 
     async def call_tool_async(self, name: str, arguments: dict | None = None) -> mcp.ToolReply:
@@ -364,28 +382,15 @@ class CarlaEnvironment(MCPEnvironment):
             return render(self._world, view, width, height)
         if self._nav is None:
             raise ValueError("no episode to render yet: reset first")
-        from carla_gym.sim.town.render import render_town
+        from carla_gym.sim.town.render import render_world
 
         episode = self._nav
-        world = episode.world
-        walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
-        return render_town(world.town, world.vehicles, walkers, world.lights, view=view, width=width,
-                           height=height, route=self._route_ahead(), goal=np.asarray(episode.goal[:2]))
+        return render_world(episode.world, view=view, width=width, height=height, route=self._route_ahead(),
+                            goal=np.asarray(episode.goal[:2]))
 
     def get_metadata(self) -> EnvironmentMetadata:
-        """``GET /metadata``: the environment's name, description and version (this package's)."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            package_version = version("openenv-carla-gym")
-        except PackageNotFoundError:  # a source tree that is not installed
-            package_version = "0.0.0"
-        return EnvironmentMetadata(
-            name="carla_env",
-            description="OpenEnv CARLA on an embedded simulator: trolley-problem scenarios and town navigation, "
-                        "driven through upstream's CarlaAction or the MCP tools observe, emergency_stop, "
-                        "lane_change (and the navigation tools)",
-            version=package_version, author="openenv-carla-gym")
+        """``GET /metadata`` (and ``GET /web/metadata``): `environment_metadata`."""
+        return environment_metadata()
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
                           scenario_name: str | None = None, scenario_config: dict | None = None,
@@ -466,6 +471,7 @@ class CarlaEnvironment(MCPEnvironment):
         self._world = self._nav = None
         if self.rubric is not None:
             self.rubric.reset()  # drop the trajectory it holds
+        super().close()  # openenv-core's: drops the MCP client and server
 
     # -- helpers -------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -546,8 +552,9 @@ class CarlaEnvironment(MCPEnvironment):
         try:
             reply = self.call_tool(action.tool_name, action.arguments)
         except mcp.ToolCallError as exc:
+            over = exc.kind == mcp.EPISODE_OVER  # a refused call changes nothing: done says whether it is over
             return CallToolObservation(tool_name=action.tool_name, error=ToolError(
-                error_type=_TOOL_ERRORS[exc.kind], message=str(exc)), done=False, reward=None)
+                error_type=_TOOL_ERRORS[exc.kind], message=str(exc)), done=over, reward=None)
         return CallToolObservation(tool_name=action.tool_name, result=reply.result(), done=reply.done,
                                    reward=reply.reward, metadata={"rubric_reward": reply.rubric_reward})
 
@@ -589,7 +596,7 @@ class CarlaEnvironment(MCPEnvironment):
 
     # -- navigation scenarios -----------------------------------------------------------------
     def _reset_nav(self, name: str, config: dict, seed: int | None, episode_id: str) -> CarlaObservation:
-        """`reset` for a navigation scenario: a new `NavEpisode` seeded with ``seed`` (None: from the OS)."""
+        """`reset` for a navigation scenario: a new `NavEpisode` seeded with ``seed`` (`reset` draws one for None)."""
         episode = NavEpisode(name, config, seed)  # raises before anything changes
         self._name, self._config, self._world, self._nav, self._prompt = name, config, None, episode, ""
         self._state = CarlaState(

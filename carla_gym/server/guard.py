@@ -80,9 +80,22 @@ def _readable_id(value: Any) -> Any:
     return None
 
 
-def _deep(text: str, value: Any) -> bool:
-    """Whether a parsed JSON value nests deeper than `MAX_DEPTH` (cheap bracket count first)."""
-    return text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH
+def load_json(text: str) -> tuple[Any, str | None]:
+    """Parse one incoming text frame or request body, with the size and depth limits every route keeps.
+
+    Returns:
+        ``(value, None)``, or ``(value or None, why)`` for a text larger than `MAX_FRAME_BYTES`, invalid JSON
+        or JSON nested deeper than `MAX_DEPTH` (``why`` starts ``"Parse error"`` for invalid JSON).
+    """
+    if len(text) > MAX_FRAME_BYTES:
+        return None, f"{len(text)} characters is larger than {MAX_FRAME_BYTES}"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return None, f"Parse error: {type(exc).__name__}: {str(exc)[:200]}"
+    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:  # cheap bracket count first
+        return value, f"JSON nested deeper than {MAX_DEPTH} levels"
+    return value, None
 
 
 def parse_jsonrpc(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -92,14 +105,10 @@ def parse_jsonrpc(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | No
         ``(request, None)`` for a request openenv-core can take, or ``(None, error)`` with the JSON-RPC
         error response to send instead (module docstring: the codes).
     """
-    if len(text) > MAX_FRAME_BYTES:
-        return None, rpc_error(PARSE_ERROR, f"request of {len(text)} characters is larger than {MAX_FRAME_BYTES}")
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return None, rpc_error(PARSE_ERROR, f"Parse error: {type(exc).__name__}: {str(exc)[:200]}")
-    if _deep(text, value):
-        return None, rpc_error(PARSE_ERROR, f"JSON nested deeper than {MAX_DEPTH} levels", _readable_id(value))
+    value, why = load_json(text)
+    if why is not None:
+        why = why if value is not None or why.startswith("Parse error") else f"request of {why}"
+        return None, rpc_error(PARSE_ERROR, why, _readable_id(value))
     return check_jsonrpc(value)
 
 
@@ -159,7 +168,8 @@ def relabel_rpc(response: Any) -> tuple[Any, bool]:
     if kind in _TOOL_ERROR_CODES:
         error.update(code=_TOOL_ERROR_CODES[kind], message=rest, data={"kind": kind})
     elif message.lower().startswith("unknown tool"):  # FastMCP's own answer for a name it does not serve
-        error.update(code=INVALID_PARAMS, data={"kind": "unknown_tool"})
+        error.update(code=INVALID_PARAMS, message=f"{message} (tools/list names this session's tools)",
+                     data={"kind": "unknown_tool"})
     return response, False
 
 
@@ -191,17 +201,14 @@ def frame_problem(message: dict[str, Any]) -> str | None:
     text = message.get("text")
     if text is None:
         return "binary frames are not supported; send JSON text"
-    if len(text) > MAX_FRAME_BYTES:
-        return f"frame of {len(text)} characters is larger than {MAX_FRAME_BYTES}"
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        return f"invalid JSON: {type(exc).__name__}: {str(exc)[:200]}"
+    value, why = load_json(text)
+    if why is not None and why.startswith("Parse error: "):
+        return f"invalid JSON: {why.removeprefix('Parse error: ')}"
+    if why is not None and value is None:
+        return f"frame of {why}"
     if not isinstance(value, dict):
         return f"a message must be a JSON object with a 'type', got {type(value).__name__}"
-    if text.count("[") + text.count("{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:  # cheap test first
-        return f"JSON nested deeper than {MAX_DEPTH} levels"
-    return None
+    return why
 
 
 class Guard:
@@ -241,7 +248,7 @@ class Guard:
                 reply = json.dumps(response)
             elif text is not None and text.startswith(_MCP_START):
                 envelope = json.loads(text)
-                envelope["data"], _ = relabel_rpc(envelope.get("data"))
+                envelope["data"], closed = relabel_rpc(envelope.get("data"))
                 reply = json.dumps(envelope)
             elif text is not None:
                 reply = closed_session_reply(text)

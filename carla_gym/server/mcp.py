@@ -40,8 +40,9 @@ Reply format. A ``tools/call`` result (openenv-core's serialisation of FastMCP's
 ``{"reward": <raw reward>, "rubric_reward": <rubric reward>, "done": <bool>, ...}`` (`ToolReply`). The ``/ws``
 step reply carries the same result in ``observation.result`` and the reward and done as the step's.
 
-Errors. A bad call (unknown tool: the valid names are listed; bad arguments: the adapter's message; a call after
-the episode ended: reset first) is a JSON-RPC error (``-32602`` invalid params; ``-32000`` for the ended
+Errors. A bad call (unknown tool: on a ``/ws`` step the valid names are listed, on ``/mcp`` FastMCP's ``Unknown
+tool`` message points to ``tools/list``; bad arguments: the adapter's message; a call after the episode ended:
+reset over ``/ws``, or open a new session) is a JSON-RPC error (``-32602`` invalid params; ``-32000`` for the ended
 episode) on ``/mcp`` and a ``CallToolObservation.error`` (``MCPToolClient`` raises RuntimeError) on a ``/ws``
 step; nothing changes in the session. Malformed JSON-RPC gets ``-32700``/``-32600``/``-32601``/``-32602`` from
 the guard.

@@ -12,29 +12,18 @@ import base64
 import io
 from typing import Any
 
-import numpy as np
 from PIL import Image
 
+from carla_gym.llm.nav_tools import NavToolEnv
+from carla_gym.llm.prompts import nav_scene_prompt
+from carla_gym.llm.tools import tool_functions
 from carla_gym.openenv.models import CarlaObservation
+from carla_gym.sim.navigation.describe import observation_text
 from carla_gym.sim.navigation.episode import NavEpisode
-from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_nav_scenario
-from carla_gym.sim.scenarios import resolve_scenario
-from carla_gym.sim.town.render import render_town
+from carla_gym.sim.navigation.scenarios import is_nav_name
+from carla_gym.sim.town.render import render_world
 
-__all__ = ["is_nav_name", "check_scenario", "nav_observation", "nav_scenario_data", "nav_image"]
-
-
-def check_scenario(name: str, config: dict | None = None) -> Any:
-    """Resolve a scenario name of any family (trolley or navigation) with its overrides.
-
-    Returns:
-        The trolley `carla_gym.sim.scenarios.ScenarioSpec` or the navigation
-        `carla_gym.sim.navigation.scenarios.NavSpec`.
-
-    Raises:
-        ValueError: An unknown name or invalid overrides, naming the value and the valid choices.
-    """
-    return resolve_nav_scenario(name, config) if is_nav_name(name) else resolve_scenario(name, config)
+__all__ = ["is_nav_name", "nav_observation", "nav_scenario_data", "nav_image"]
 
 
 def nav_observation(episode: NavEpisode, scenario_name: str, step_number: int, reward: float | None,
@@ -64,11 +53,18 @@ def nav_scenario_data(episode: NavEpisode) -> dict[str, Any]:
     Returns:
         ``goal_location`` [x, y, z] [m] (what an autopilot client passes to ``set_destination``),
         ``route_length`` (planned route from the start to the goal at reset [m]), ``weather`` (the
-        episode's preset, ``"random"`` resolved), ``outcome`` (`NavEpisode.outcome` once done, else None).
+        episode's preset, ``"random"`` resolved), ``outcome`` (`NavEpisode.outcome` once done, else None);
+        and what a language model is shown, as the TRL adapter (`carla_gym.llm.nav_tools.NavToolEnv`) shows
+        it: ``scene_prompt`` (`carla_gym.llm.prompts.nav_scene_prompt` with the adapter's tools, by name, as
+        `carla_gym.llm.tools.tool_methods` lists them) and ``description`` (the current per-decision text,
+        `carla_gym.sim.navigation.describe.observation_text`), as the trolley families' snapshot carries them.
     """
-    data = episode.observation()["scenario_data"]
+    obs = episode.observation()
+    data = obs["scenario_data"]
+    tools = sorted(tool_functions(NavToolEnv), key=lambda f: f.__name__)
     return {"goal_location": list(data["goal_location"]), "route_length": float(data["route_length"]),
-            "weather": data["weather"], "outcome": data["outcome"]}
+            "weather": data["weather"], "outcome": data["outcome"],
+            "scene_prompt": nav_scene_prompt(episode.spec, tools), "description": observation_text(obs)}
 
 
 def nav_image(episode: NavEpisode) -> str:
@@ -78,9 +74,7 @@ def nav_image(episode: NavEpisode) -> str:
     ``camera_height``, ``camera_fov``, ``jpeg_quality``; defaults 640 x 360, 90 deg, 75 as upstream).
     """
     world, camera = episode.world, episode.spec.camera
-    walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
-    frame = render_town(world.town, world.vehicles, walkers, world.lights, view="front", width=camera.width,
-                        height=camera.height, fov=camera.fov)
+    frame = render_world(world, view="front", width=camera.width, height=camera.height, fov=camera.fov)
     buffer = io.BytesIO()
     Image.fromarray(frame).save(buffer, format="JPEG", quality=camera.jpeg_quality)
     return base64.b64encode(buffer.getvalue()).decode("ascii")

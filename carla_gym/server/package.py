@@ -76,6 +76,8 @@ class Written:
 def server_dependencies(distribution: str = DISTRIBUTION) -> list[str]:
     """The installed ``distribution``'s base and ``[server]`` requirements, from its metadata, in its order.
 
+    ``uv`` (in ``[server]`` for ``carla-gym package``'s ``uv lock``) is left out: the served folder does not need it.
+
     Raises:
         importlib.metadata.PackageNotFoundError: ``distribution`` is not installed.
         RuntimeError: A requirement has a marker other than ``extra == "..."``, or none names
@@ -89,8 +91,8 @@ def server_dependencies(distribution: str = DISTRIBUTION) -> list[str]:
         if marker and extra is None:
             raise RuntimeError(f"{distribution} requirement {requirement!r}: a marker other than extra == ...; "
                                "carla-gym package copies only unconditional and [server] requirements")
-        if not marker or extra.group(1) == "server":
-            found.append(spec.strip())
+        if (not marker or extra.group(1) == "server") and not re.match(r"uv\b", spec.strip()):
+            found.append(spec.strip())  # uv writes the folder's lock here; the server does not run it
     if not any(re.match(r"openenv-core\b", spec, re.IGNORECASE) for spec in found):
         raise RuntimeError(f"{distribution}'s installed metadata has no openenv-core requirement in its base or "
                            f"[server] dependencies: {found}; reinstall it (pip install -e <clone>)")
@@ -179,7 +181,7 @@ def lock_command(directory: Path) -> str:
     uv = find_uv()
     args = ["lock", "--directory", typed_path(directory)]
     if uv is None:
-        return f"{python_command('-m', 'pip', 'install', 'uv')} && {shlex.join(['uv', *args])}"
+        return f"{python_command('-m', 'pip', 'install', 'uv')} && {python_command('-m', 'uv', *args)}"
     return shlex.join(["uv" if shutil.which("uv") == uv else uv, *args])
 
 

@@ -20,11 +20,13 @@ LLM calls (`CarlaEnvironment.call_tool`, the MCP tools: the TRL adapter's names,
   who was hit, the rubric score; navigation: success, why it ended, route completion).
 
 Sessions: every browser visitor plays their own `CarlaEnvironment`, kept in the visitor's Gradio session state,
-so visitors never share an episode (openenv-core's default Playground tab instead drives the one environment of
-its ``WebInterfaceManager``, shared by everyone: `gradio_builder` does not use it). A visitor's environment is
-closed when the browser tab is closed (Gradio's unload event) and, at the latest, after `IDLE_TIMEOUT_S` without
-an action (the state's ``time_to_live``, whose ``delete_callback`` closes it). Each visitor's calls run one at a
-time (a lock per visitor), so two quick clicks never drive one simulator from two threads.
+so visitors never share an episode (openenv-core's default Playground tab and its ``/web/reset``, ``/web/step``
+and ``/web/state`` routes instead drive the one environment of its ``WebInterfaceManager``, shared by everyone:
+the server leaves them out, `carla_gym.server.app.SHARED_ENV_ROUTES`). A visitor's environment is closed when
+the browser tab is closed (Gradio's unload event) and, at the latest, after the server's ``--session-timeout``
+(`IDLE_TIMEOUT_S` by default) without an action (the state's ``time_to_live``, whose ``delete_callback`` closes
+it). Visitors are not counted against ``--max-sessions`` (a trolley simulator is a few MiB). Each visitor's calls
+run one at a time (a lock per visitor), so two quick clicks never drive one simulator from two threads.
 
 Errors of a tool call or a reset (a lane change with no lane there, an unknown scenario name, a bad seed) are
 shown as a message above the cameras; the episode stays as it was.
@@ -41,15 +43,11 @@ import gradio as gr
 import numpy as np
 
 from carla_gym.envs.trolley import DEFAULT_SCENARIO
-from carla_gym.llm.nav_tools import NavToolEnv
-from carla_gym.llm.prompts import nav_scene_prompt
-from carla_gym.llm.prompts import reset_text as prompt_reset_text
-from carla_gym.llm.tools import tool_functions
+from carla_gym.llm.prompts import state_reset_text
 from carla_gym.openenv.models import SessionClosedError
 from carla_gym.server.app import DEFAULT_SESSION_TIMEOUT
 from carla_gym.server.environment import CarlaEnvironment
 from carla_gym.sim.catalogue import ACTION_BIAS_PRESETS, MICRO_BENCHMARKS
-from carla_gym.sim.navigation.describe import observation_text
 from carla_gym.sim.navigation.scenarios import DEFAULT_MAP, FREE_ROAM, FREE_ROAM_PRESETS, MAP_NAMES, MAZE
 from carla_gym.sim.scenarios import GENERATED_NAMES
 
@@ -107,22 +105,14 @@ def scenario_choices() -> list[str]:
 def reset_text(env: CarlaEnvironment) -> str:
     """The text a language model gets at the start of ``env``'s episode, as the TRL adapter's ``reset`` returns it.
 
-    Trolley families: a blank line, the scene prompt, ``Now:`` and the first description
-    (`carla_gym.llm.tools.CarlaToolEnv.reset`); navigation: the same with the navigation scene prompt listing
-    the adapter's tools (`carla_gym.llm.prompts.nav_scene_prompt`) and the first observation text
-    (`carla_gym.sim.navigation.describe.observation_text`), as `carla_gym.llm.nav_tools.NavToolEnv.reset`.
+    A blank line, the scene prompt, ``Now:`` and the first description (`carla_gym.llm.prompts.state_reset_text`
+    of the state's ``scenario_data``; `carla_gym.llm.tools.CarlaToolEnv.reset`,
+    `carla_gym.llm.nav_tools.NavToolEnv.reset`).
 
     Args:
         env: An environment after ``reset``.
     """
-    data = env.state.scenario_data
-    if "snapshot" in data:  # trolley families publish the Gymnasium env's snapshot, prompt and text included
-        prompt, first = data["snapshot"]["scene_prompt"], data["snapshot"]["description"]
-    else:  # the adapter lists its tools as `tool_methods` finds them: by name
-        episode = env._nav
-        prompt = nav_scene_prompt(episode.spec, sorted(tool_functions(NavToolEnv), key=lambda f: f.__name__))
-        first = observation_text(episode.observation())
-    return prompt_reset_text(prompt, first)
+    return state_reset_text(env.state.scenario_data)
 
 
 class _Visitor:
@@ -225,7 +215,7 @@ def _outcome_md(visitor: _Visitor | None) -> str:
 
 
 def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, title: str = "CARLA driving",
-               scenario_name: str = DEFAULT_SCENARIO) -> gr.Blocks:
+               scenario_name: str = DEFAULT_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
     """The driving page as Gradio Blocks (`gradio_builder` calls it; tests and scripts may call it directly).
 
     Elements with stable ``elem_id``: ``scenario`` (picker), ``seed``, ``start``, the tool buttons
@@ -238,12 +228,21 @@ def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, t
         env_factory: Builds one visitor's environment (a `CarlaEnvironment` or a subclass).
         title: The page title (browser tab).
         scenario_name: The picker's first choice; must be a valid scenario name (any family).
+        idle_timeout_s: A visitor's environment is closed after this long [s] without an action (the server's
+            ``--session-timeout``).
 
     Returns:
         The Blocks, not launched.
     """
     visitors: dict[str, _Visitor] = {}  # session hash -> visitor, for the unload event
     registry_lock = threading.Lock()
+
+    def expire(visitor: _Visitor | None) -> None:
+        """The session state's ``delete_callback`` (idle for ``idle_timeout_s``): close and forget the visitor."""
+        with registry_lock:
+            for key in [k for k, v in visitors.items() if v is visitor]:
+                del visitors[key]
+        _close_visitor(visitor)
 
     # One entry per button: (elem_id, label, tool name); the first four serve both families, the others navigation.
     buttons = [
@@ -257,9 +256,9 @@ def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, t
         ("tool-drive", "Drive by hand", "control_vehicle"),
     ]
 
-    with gr.Blocks(title=title, delete_cache=(IDLE_TIMEOUT_S, IDLE_TIMEOUT_S)) as page:
+    with gr.Blocks(title=title, delete_cache=(idle_timeout_s, idle_timeout_s)) as page:
         gr.Markdown(INTRO.format(follow=FOLLOW_STEPS), elem_id="intro")
-        visitor_state = gr.State(None, time_to_live=IDLE_TIMEOUT_S, delete_callback=_close_visitor)
+        visitor_state = gr.State(None, time_to_live=idle_timeout_s, delete_callback=expire)
         with gr.Row(equal_height=True):
             scenario = gr.Dropdown(scenario_choices(), value=scenario_name, label="Scenario", allow_custom_value=True,
                                    elem_id="scenario", scale=4)
@@ -383,11 +382,13 @@ def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, t
 
 
 def gradio_builder(web_manager: Any, action_fields: list[dict], metadata: Any, is_chat_env: bool, title: str,
-                   quick_start_md: str | None) -> gr.Blocks:
+                   quick_start_md: str | None, *, env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment,
+                   scenario_name: str = DEFAULT_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
     """openenv-core's ``gradio_builder`` hook (``create_web_interface_app``): this project's driving page.
 
-    The arguments are openenv-core's; the page uses only ``title``. Every visitor gets a fresh
-    `CarlaEnvironment` (module docstring), not ``web_manager``'s shared one.
+    The positional arguments are openenv-core's; the page uses only ``title``. Every visitor gets a fresh
+    environment from ``env_factory`` (module docstring), not ``web_manager``'s shared one. The server binds
+    the keyword arguments to its options (`carla_gym.server.app.create_server_app`).
 
     Args:
         web_manager: openenv-core's ``WebInterfaceManager`` (unused).
@@ -396,8 +397,11 @@ def gradio_builder(web_manager: Any, action_fields: list[dict], metadata: Any, i
         is_chat_env: Whether the environment takes chat messages (False here; unused).
         title: The page title.
         quick_start_md: openenv-core's connection snippet (unused).
+        env_factory: Builds one visitor's environment (the server's session factory).
+        scenario_name: The picker's first choice (the server's ``--scenario``).
+        idle_timeout_s: Idle time [s] that closes a visitor's environment (the server's ``--session-timeout``).
 
     Returns:
         The page (`build_page`).
     """
-    return build_page(title=title)
+    return build_page(env_factory, title=title, scenario_name=scenario_name, idle_timeout_s=idle_timeout_s)

@@ -6,8 +6,9 @@ Run from the repository root (needs Debian's chromium and chromium-driver, as te
 
 It starts ``python -m carla_gym.server --web`` on a free port (or uses ``--url`` of a running server), opens the
 page in headless chromium at 1280 x 1000, plays ``trolley_micro_classic_3v1`` (three people ahead, one in the
-lane to the right): Observe, Lane change right, then Observe until the outcome shows, and saves the window.
-The browser helpers are the browser test's (tests/test_web.py), so the page is driven as the test drives it.
+lane to the right): Observe, the decision's button (``--tool``, default Emergency stop), then Observe until the
+outcome shows, and saves the window. The browser helpers are the browser test's (tests/test_web.py), so the page
+is driven as the test drives it: it needs the ``[test]`` extra (pytest, selenium).
 """
 
 from __future__ import annotations

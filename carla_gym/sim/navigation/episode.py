@@ -505,7 +505,7 @@ class NavEpisode:
             valid = [d for d, n in (("left", lane.left), ("right", lane.right)) if n >= 0]
             raise ValueError(f"lane_change {side}: lane {loc.lane} (lane_{k}) of {town.name} has no same-direction "
                              f"neighbour on the {side}; "
-                             + (f"valid here: lane_direction={valid[0]!r}" if valid else
+                             + (f"the only one here is on the {valid[0]}" if valid else
                                 "it has none on either side (a one-lane road), so no lane change is possible here"))
         s = float(np.clip(loc.s, 0.0, town.lanes[new].length))
         return Routes(np.array([new]), np.array([s]), np.array([_straightest(town, new)]))

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from carla_gym.sim import constants as C
-from carla_gym.sim.scenarios import WEATHER_PRESETS, CameraConfig
+from carla_gym.sim.scenarios import WEATHER_PRESETS, CameraConfig, ScenarioSpec, is_generated, resolve_scenario
 from carla_gym.sim.town.towns import TOWN_NAMES
 from carla_gym.sim.validate import check_config, check_number
 
@@ -407,3 +407,31 @@ def check_goal_location(goal_location, lane_distance: float, route_distance: flo
     if not math.isfinite(route_distance):
         raise ValueError(f"goal_location=({x}, {y}) cannot be reached from the start along the lanes")
     return (x, y, z)
+
+
+def resolve_any_scenario(name: str, config: dict | None = None) -> NavSpec | ScenarioSpec:
+    """Resolve a scenario name of any family (trolley or navigation) with its overrides: the one name check.
+
+    Generated trolley scenarios draw their layout from the seed, so they are checked with seed 0 (the name
+    and overrides are what can be wrong). The server, its web page, ``carla-gym serve`` and
+    ``carla-gym collect`` check names with it.
+
+    Returns:
+        The navigation `NavSpec` or the trolley `carla_gym.sim.scenarios.ScenarioSpec`.
+
+    Raises:
+        ValueError: An unknown name or invalid overrides, naming the value and the valid choices (an unknown
+            name lists the trolley and the navigation names).
+
+    Example:
+        >>> resolve_any_scenario("maze_navigation").family, resolve_any_scenario("trolley_generated_test").family
+        ('maze_navigation', 'trolley_generated')
+    """
+    if is_nav_name(name):
+        return resolve_nav_scenario(name, config)
+    try:
+        return resolve_scenario(name, config, seed=0 if is_generated(name) else None)
+    except ValueError as exc:
+        if not str(exc).startswith("Unknown scenario:"):
+            raise
+        raise ValueError(f"{exc}; navigation: {'; '.join(NAME_PATTERNS)}") from None

@@ -534,3 +534,17 @@ def render_town(town: Town, vehicles, walkers_xy, light_states=None, ego_index: 
         img = _ortho_chw(town, boxes, walkers, light_states, ego_index, int(width), int(height), top_span,
                          trolley.TOPDOWN_AHEAD, trolley.TOPDOWN_RIGHT, route, goal)
     return img if channels_first else np.ascontiguousarray(img.transpose(1, 2, 0))
+
+
+def render_world(world, **kwargs) -> np.ndarray:
+    """`render_town` of a navigation world: its town, vehicles (the ego is row 0), walkers and traffic lights.
+
+    Args:
+        world: A `carla_gym.sim.navigation.world.NavWorld` (``town``, ``vehicles``, ``walkers.xy``, ``lights``).
+        **kwargs: `render_town`'s other arguments (``view``, ``width``, ``height``, ``route``, ``goal``, ``fov``...).
+
+    Returns:
+        uint8 RGB array, as `render_town`.
+    """
+    walkers = np.asarray(world.walkers.xy, dtype=np.float64).reshape(-1, 2)
+    return render_town(world.town, world.vehicles, walkers, world.lights, **kwargs)
