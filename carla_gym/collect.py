@@ -35,9 +35,9 @@ the episode ends, so the decision is scored by its consequence, and forwards the
 paid for the finished episode; those calls are counted in ``verify_metrics["play_out_calls"]`` and
 are not part of the transcript. With ``play_out=False`` (``--no-play-out``) it is recorded as it is:
 ``done`` false, the reward the server has paid so far (trolley: 0.0, the rubric's value before the
-end) and no outcome. An episode without a single tool call has no reward from the environment and is
-counted as failed (openenv-core's "rollout did not produce an environment reward"), to be retried on
-resume.
+end) and no outcome. An episode without a single tool call is not played out either: it has no reward
+from the environment and is counted as failed (openenv-core's "rollout did not produce an environment
+reward"), to be retried on resume.
 
 Teachers: ``scripted`` (this project's policies, `ScriptedTeacher`: ``oracle`` plays the first
 policy of `carla_gym.sim.outcomes.best_policies`, a policy reaching the simulated best outcome;
@@ -116,11 +116,10 @@ ORACLE_NAV = ("the oracle teacher has no policy for the navigation scenario {!r}
               "there); use --teacher brake or random, or an LLM")
 """Why the oracle refuses navigation scenarios."""
 
-RESUMABLE_CHANGES = ("env_base_url", "num_episodes_requested")
-"""``metadata.json`` keys a resumed run may change (the server's address, how many episodes in all); every other
-setting (the plan of which episode an id stands for, the teacher and its settings, ``max_turns``, ``play_out``)
-must stay, so that one ``results.jsonl`` holds episodes of one collection."""
-"""``metadata.json`` keys that fix which episode an id stands for: a resumed run must keep them."""
+RESUMABLE_CHANGES = ("env_base_url", "llm_endpoint", "num_episodes_requested")
+"""``metadata.json`` keys a resumed run may change (where the server and the LLM endpoint are, how many episodes
+in all); every other setting (the plan of which episode an id stands for, the teacher and its settings,
+``max_turns``, ``play_out``) must stay, so that one ``results.jsonl`` holds episodes of one collection."""
 
 _SESSION_ENDED = ("SESSION_CLOSED", "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 """Error codes with which the server ends a session (`carla_gym.openenv.client`): never a tool's error."""
@@ -306,10 +305,10 @@ class CarlaSession(ResourceSession):
             server's ``scenario_data["outcome"]``, None unless finished) and, where the outcome has them,
             ``pedestrians_hit`` (actually hit), ``expected_pedestrians_hit``, ``outcome_success``,
             ``success`` (the rubric's) and ``trolley_action``; ``artifacts``: the final state (its
-            ``scenario_data`` without the snapshot).
+            ``scenario_data`` without the snapshot and the prompt texts).
         """
         play_out_calls = 0
-        while self.play_out and not self.done:
+        while self.play_out and self.tool_calls and not self.done:  # no tool call: failed (module docstring)
             if play_out_calls >= MAX_PLAY_OUT_CALLS:
                 raise RuntimeError(f"the play-out of {self.scenario!r} did not end within {MAX_PLAY_OUT_CALLS} "
                                    "observe calls")
@@ -319,7 +318,8 @@ class CarlaSession(ResourceSession):
                 raise RuntimeError(f"the play-out's observe call failed: {result.error}")
         self.state = self._ask("state", self._client.state)
         data = dict(self.state.scenario_data)
-        data.pop("snapshot", None)
+        for key in ("snapshot", "scene_prompt", "description"):  # in the transcript already
+            data.pop(key, None)
         outcome = data.get("outcome") if self.done else None
         metrics: dict[str, Any] = {"scenario": self.scenario, "seed": self.seed, "finished": self.done,
                                    "tool_calls": self.tool_calls, "play_out_calls": play_out_calls,
@@ -617,8 +617,10 @@ def collect(base_url: str, output_dir: str | Path, model_step: ModelStep | None 
         "env": "carla_gym", "env_base_url": base_url, "collector": "carla-gym collect",
         "scenarios": list(scenarios), "scenario_config": scenario_config or None, "first_seed": first_seed,
         "episode_id_prefix": episode_id_prefix, "num_episodes_requested": int(num_episodes), "max_turns": max_turns,
-        "play_out": bool(play_out), "teacher": teacher if isinstance(model_step, ScriptedTeacher) else None,
-        "teacher_seed": teacher_seed if teacher == "random" else None, **(metadata or {})}
+        "play_out": bool(play_out), "teacher": model_step.teacher if isinstance(model_step, ScriptedTeacher) else None,
+        "teacher_seed": model_step.seed if isinstance(model_step, ScriptedTeacher) and model_step.teacher == "random"
+        else None, **(metadata or {})}
+    settings = json.loads(json.dumps(settings, default=str))  # as metadata.json holds them: compared as such
     if resume and serializer.results_path.exists() and serializer.metadata_path.exists():
         old = json.loads(serializer.metadata_path.read_text(encoding="utf-8"))
         changed = {key: (old.get(key), settings.get(key)) for key in sorted(set(old) | set(settings))
@@ -716,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         check_seed(args.teacher_seed)
         for name in args.scenario:
             check_task(name, config)
+            if not llm and args.teacher == "oracle" and is_nav_name(name):
+                raise ValueError(ORACLE_NAV.format(name))  # before connecting (collect checks it too)
         model_step = llm_teacher(args.provider, args.model, args.llm_endpoint, args.temperature,
                                  args.max_tokens) if llm else None
         check_server(args.base_url, args.connect_timeout)

@@ -14,6 +14,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 from servers import ServerThread, free_port, start_server, stop_server
 
@@ -274,6 +275,24 @@ def test_llm_teacher_through_an_openai_compatible_endpoint(server, tmp_path):
     assert row["messages"][-1]["content"] == "Decision made."
     # two brakes, then the play-out observes to the end: braking was best on seed 1 (reward 1.0)
     assert row["done"] and row["reward"] == 1.0 and row["verify_metrics"]["play_out_calls"] == 4
+
+
+def test_an_episode_without_a_tool_call_fails_and_a_rerun_of_the_same_settings_resumes(server, tmp_path):
+    """No tool call: not played out, no reward, counted as failed (retried on resume).
+
+    Settings that JSON turns into other types (a tuple, a numpy seed) still match on the rerun.
+    """
+    from openenv.core.harness import ModelStepResult
+    from openenv.core.llm_client import LLMResponse
+
+    def silent(messages, tools, sampling):  # a model that answers without calling a tool
+        return ModelStepResult(response=LLMResponse(content="I would brake.", tool_calls=[]))
+
+    for _ in range(2):
+        result = collect(server.url, tmp_path, silent, scenarios=[FIXED], num_episodes=1,
+                         first_seed=np.int64(3), metadata={"model": ("stub", "v1")})
+        assert (result.num_collected, result.num_failed) == (0, 1)
+    assert not (tmp_path / "results.jsonl").exists() or records(tmp_path) == []
 
 
 @pytest.mark.slow

@@ -300,3 +300,22 @@ def test_the_client_model_refuses_route_steps_out_of_range_before_sending():
     with pytest.raises(ValueError, match=message):
         CarlaAction(action_type="follow_route", route_steps=MAX_ROUTE_STEPS + 1)
     assert CarlaAction(action_type="follow_route", route_steps=MAX_ROUTE_STEPS).route_steps == MAX_ROUTE_STEPS
+
+
+def test_an_unknown_name_lists_every_family_wherever_it_is_checked():
+    """One check (`resolve_any_scenario`): a reset, the server's options and collect name every family.
+
+    A failed reset leaves the episode as it was.
+    """
+    from carla_gym.collect import check_task
+
+    env = CarlaEnvironment()
+    env.reset(scenario_name="maze_navigation", seed=3)
+    before = env.state.scenario_data["goal_location"]
+    for check in (lambda: env.reset(scenario_name="maze_navigaton"), lambda: check_options("maze_navigaton", 1, 1.0),
+                  lambda: check_task("maze_navigaton")):
+        with pytest.raises(ValueError, match=r"^Unknown scenario: 'maze_navigaton'\. Valid names: trolley_micro_.*; "
+                                             r"navigation: maze_navigation; free_roam; free_roam_<Map>"):
+            check()
+    assert env.state.scenario_data["goal_location"] == before
+    env.close()

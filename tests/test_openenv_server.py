@@ -237,6 +237,15 @@ def test_cli_errors_and_help(capsys):
     with pytest.raises(SystemExit) as caught:
         serve(["--port", "70000"])
     assert caught.value.code == 2 and "--port 70000: must be in 0..65535" in capsys.readouterr().err
+    with socket.socket() as holder:  # a port another process listens on
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(SystemExit) as caught:
+            serve(["--port", str(port)])
+    assert caught.value.code == 2 and capsys.readouterr().err.endswith(
+        f"--host 127.0.0.1 --port {port}: Address already in use; choose another --port (--port 0 picks a free one) "
+        "or stop the server that holds it\n")
     # the real command line, end to end: status 2 and the reason, before openenv-core is imported
     bad = subprocess.run([sys.executable, "-m", "carla_gym.server", "--max-sessions", "0"], capture_output=True,
                          text=True, timeout=60)

@@ -55,9 +55,12 @@ def state_reset_text(scenario_data: dict) -> str:
     right after a reset this is the text the TRL adapter's ``reset`` returns for the same episode.
 
     Raises:
-        KeyError: ``scenario_data`` has neither (not this project's server).
+        ValueError: ``scenario_data`` has neither (not this project's server, or one from before they were sent).
     """
     source = scenario_data["snapshot"] if "snapshot" in scenario_data else scenario_data
+    if "scene_prompt" not in source or "description" not in source:
+        raise ValueError("the server's state has no scene prompt and description (scenario_data keys "
+                         f"{sorted(scenario_data)}): serve with this version of carla-gym (carla-gym serve)")
     return reset_text(source["scene_prompt"], source["description"])
 
 

@@ -20,6 +20,28 @@ from carla_gym.server.app import (
 )
 
 
+def port_in_use(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (address in use, an unknown host), or None if it can.
+
+    A check before the slow imports, so a busy port gets a message that says what to do (uvicorn would log
+    only ``[Errno 98]`` after seconds of start-up); the port is free again when this returns.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return f"the host {host!r} is not known ({exc.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line: parse the options and run uvicorn until interrupted."""
     parser = argparse.ArgumentParser(prog="carla-gym serve", description=__doc__.splitlines()[0],
@@ -41,6 +63,10 @@ def main(argv: list[str] | None = None) -> None:
         check_options(args.scenario, args.max_sessions, args.session_timeout)
     except ValueError as exc:
         parser.error(str(exc))
+    busy = port_in_use(args.host, args.port)
+    if busy:
+        parser.error(f"--host {args.host} --port {args.port}: {busy}; choose another --port (--port 0 picks a free "
+                     "one) or stop the server that holds it")
     import uvicorn
 
     web = web_enabled(args.web)

@@ -17,7 +17,8 @@ Navigation scenarios (``maze_navigation``, ``free_roam``, ``free_roam_<Map>[_v<N
 all 10 action types, one ``step`` is one `NavEpisode.step` (``follow_route`` runs up to ``route_steps``
 ticks; ``metadata["ticks"]`` runs a plain action for that many ticks and the reply's reward is the sum of
 their raw rewards, as `NavEpisode.step` gives it), ``scenario_data`` carries ``goal_location``,
-``route_length``, ``weather`` and ``outcome``, ``state().collisions`` holds one upstream record per actor the
+``route_length``, ``weather``, ``outcome`` and the TRL adapter's ``scene_prompt`` and current ``description``
+(`carla_gym.server.navigation.nav_scenario_data`), ``state().collisions`` holds one upstream record per actor the
 ego touched (`add_collisions`, the trolley side's rule; ``actor_id`` as ``nearby_actors`` reports it), and
 ``capture_image`` renders the town's front camera.
 Trolley scenarios keep refusing the navigation actions.
@@ -66,7 +67,7 @@ from PIL import Image
 from carla_gym.llm.tools import EPISODE_OVER
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
 from carla_gym.server import mcp
-from carla_gym.server.navigation import is_nav_name, nav_image, nav_observation, nav_scenario_data
+from carla_gym.server.navigation import is_nav_name, nav_image, nav_observation, nav_prompt, nav_scenario_data
 from carla_gym.server.rubrics import CarlaNavigationRubric, rubric_for
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
@@ -75,7 +76,7 @@ from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.navigation.scenarios import resolve_any_scenario
 from carla_gym.sim.render import render
 from carla_gym.sim.rules import DONE_REASON
-from carla_gym.sim.scenarios import is_generated, resolve_scenario
+from carla_gym.sim.scenarios import is_generated
 from carla_gym.sim.snapshot import snapshot_of
 from carla_gym.sim.validate import check_number, check_seed
 from carla_gym.sim.world import FIRST_WALKER_ID, WALKER_TYPE_ID, TickResult, World
@@ -243,7 +244,7 @@ class CarlaEnvironment(MCPEnvironment):
             seed = secrets.randbelow(GENERATED_SEED_BOUND)
         if is_nav_name(name):
             return self._reset_nav(name, config, seed, episode_id)
-        spec = resolve_scenario(name, config, seed)
+        spec = resolve_any_scenario(name, config, seed)
         self._name, self._config = name, config
         self._world, self._nav = World(spec), None
         self._prompt = scene_prompt(spec)
@@ -471,7 +472,9 @@ class CarlaEnvironment(MCPEnvironment):
         self._world = self._nav = None
         if self.rubric is not None:
             self.rubric.reset()  # drop the trajectory it holds
-        super().close()  # openenv-core's: drops the MCP client and server
+        # not openenv-core's MCPEnvironment.close: it drops the MCP server, and openenv-core would then answer a
+        # reclaimed session's next MCP call with "Environment does not support MCP" instead of reaching
+        # `_check_open`'s SESSION_CLOSED (the FastMCP server holds no resources of its own)
 
     # -- helpers -------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -598,7 +601,8 @@ class CarlaEnvironment(MCPEnvironment):
     def _reset_nav(self, name: str, config: dict, seed: int | None, episode_id: str) -> CarlaObservation:
         """`reset` for a navigation scenario: a new `NavEpisode` seeded with ``seed`` (`reset` draws one for None)."""
         episode = NavEpisode(name, config, seed)  # raises before anything changes
-        self._name, self._config, self._world, self._nav, self._prompt = name, config, None, episode, ""
+        self._name, self._config, self._world, self._nav = name, config, None, episode
+        self._prompt = nav_prompt(episode)  # the adapter's scene prompt, sent in every state
         self._state = CarlaState(
             episode_id=episode_id, scenario_name=name, town=episode.spec.map_name, weather=episode.weather,
             scenario_data={"seed": seed, "scenario_config": config, "ignored_config": list(episode.spec.ignored)})
@@ -632,7 +636,8 @@ class CarlaEnvironment(MCPEnvironment):
     def _nav_state(self) -> CarlaState:
         """`state` of a navigation episode (``scenario_data``: `nav_scenario_data` plus seed and config)."""
         tally, episode = self._tally, self._nav
-        data = {**copy.deepcopy(self._state.scenario_data), **nav_scenario_data(episode), "extensions": ["ticks"]}
+        data = {**copy.deepcopy(self._state.scenario_data), **nav_scenario_data(episode, self._prompt),
+                "extensions": ["ticks"]}
         collisions = [dict(c) for c in tally.collisions]
         return self._state.model_copy(update={
             "step_count": tally.steps, "num_turns": tally.steps, "total_tool_calls": tally.steps,

@@ -23,7 +23,7 @@ from carla_gym.sim.navigation.episode import NavEpisode
 from carla_gym.sim.navigation.scenarios import is_nav_name
 from carla_gym.sim.town.render import render_world
 
-__all__ = ["is_nav_name", "nav_observation", "nav_scenario_data", "nav_image"]
+__all__ = ["is_nav_name", "nav_prompt", "nav_observation", "nav_scenario_data", "nav_image"]
 
 
 def nav_observation(episode: NavEpisode, scenario_name: str, step_number: int, reward: float | None,
@@ -47,7 +47,15 @@ def nav_observation(episode: NavEpisode, scenario_name: str, step_number: int, r
         done_reason=obs["done_reason"], rubric_reward=rubric, done=obs["done"], reward=reward)
 
 
-def nav_scenario_data(episode: NavEpisode) -> dict[str, Any]:
+def nav_prompt(episode: NavEpisode) -> str:
+    """The scene prompt `carla_gym.llm.nav_tools.NavToolEnv.reset` gives for ``episode`` (fixed for the episode).
+
+    Its scenario and the adapter's tools, by name, as `carla_gym.llm.tools.tool_methods` lists them.
+    """
+    return nav_scene_prompt(episode.spec, sorted(tool_functions(NavToolEnv), key=lambda f: f.__name__))
+
+
+def nav_scenario_data(episode: NavEpisode, scene_prompt: str) -> dict[str, Any]:
     """The navigation keys of ``CarlaState.scenario_data``.
 
     Returns:
@@ -55,16 +63,15 @@ def nav_scenario_data(episode: NavEpisode) -> dict[str, Any]:
         ``route_length`` (planned route from the start to the goal at reset [m]), ``weather`` (the
         episode's preset, ``"random"`` resolved), ``outcome`` (`NavEpisode.outcome` once done, else None);
         and what a language model is shown, as the TRL adapter (`carla_gym.llm.nav_tools.NavToolEnv`) shows
-        it: ``scene_prompt`` (`carla_gym.llm.prompts.nav_scene_prompt` with the adapter's tools, by name, as
-        `carla_gym.llm.tools.tool_methods` lists them) and ``description`` (the current per-decision text,
-        `carla_gym.sim.navigation.describe.observation_text`), as the trolley families' snapshot carries them.
+        it: ``scene_prompt`` (the given `nav_prompt`, built once per episode) and ``description`` (the current
+        per-decision text, `carla_gym.sim.navigation.describe.observation_text`), as the trolley families'
+        snapshot carries them.
     """
     obs = episode.observation()
     data = obs["scenario_data"]
-    tools = sorted(tool_functions(NavToolEnv), key=lambda f: f.__name__)
     return {"goal_location": list(data["goal_location"]), "route_length": float(data["route_length"]),
-            "weather": data["weather"], "outcome": data["outcome"],
-            "scene_prompt": nav_scene_prompt(episode.spec, tools), "description": observation_text(obs)}
+            "weather": data["weather"], "outcome": data["outcome"], "scene_prompt": scene_prompt,
+            "description": observation_text(obs)}
 
 
 def nav_image(episode: NavEpisode) -> str:

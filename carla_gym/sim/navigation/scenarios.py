@@ -409,12 +409,12 @@ def check_goal_location(goal_location, lane_distance: float, route_distance: flo
     return (x, y, z)
 
 
-def resolve_any_scenario(name: str, config: dict | None = None) -> NavSpec | ScenarioSpec:
+def resolve_any_scenario(name: str, config: dict | None = None, seed: int | None = None) -> NavSpec | ScenarioSpec:
     """Resolve a scenario name of any family (trolley or navigation) with its overrides: the one name check.
 
-    Generated trolley scenarios draw their layout from the seed, so they are checked with seed 0 (the name
-    and overrides are what can be wrong). The server, its web page, ``carla-gym serve`` and
-    ``carla-gym collect`` check names with it.
+    Generated trolley scenarios draw their layout from ``seed``; without one they are checked with seed 0 (the
+    name and overrides are what can be wrong). Navigation specs take no seed (their episode does). The server's
+    resets (WebSocket, HTTP, MCP, its web page), ``carla-gym serve`` and ``carla-gym collect`` check names with it.
 
     Returns:
         The navigation `NavSpec` or the trolley `carla_gym.sim.scenarios.ScenarioSpec`.
@@ -430,7 +430,7 @@ def resolve_any_scenario(name: str, config: dict | None = None) -> NavSpec | Sce
     if is_nav_name(name):
         return resolve_nav_scenario(name, config)
     try:
-        return resolve_scenario(name, config, seed=0 if is_generated(name) else None)
+        return resolve_scenario(name, config, seed=0 if seed is None and is_generated(name) else seed)
     except ValueError as exc:
         if not str(exc).startswith("Unknown scenario:"):
             raise
