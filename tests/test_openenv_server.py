@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -589,6 +591,17 @@ def test_deep_and_huge_values_get_errors_and_the_session_survives(server_url, fr
         assert (reply["type"], reply["data"]["code"], reply["data"]["message"]) == ("error", code, message)
         ws.send(json.dumps({"type": "step", "data": {"action_type": "observe"}}))
         assert json.loads(ws.recv(timeout=10))["data"]["observation"]["step_number"] == 1
+
+
+def test_the_web_page_when_off_says_how_to_turn_it_on(server_url):
+    from carla_gym.server.app import WEB_OFF
+
+    for path in ("/web", "/web/", "/web/reset"):
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(server_url + path, timeout=30)
+        assert missing.value.code == 404 and json.loads(missing.value.read()) == {"detail": WEB_OFF}
+        missing.value.close()
+    assert "carla-gym serve --web" in WEB_OFF
 
 
 def test_http_huge_integers_get_json_400(server_url):

@@ -37,6 +37,11 @@ WEB_ENV_VAR = "ENABLE_WEB_INTERFACE"
 it and ``openenv push`` sets it."""
 
 
+WEB_OFF = (f"the web page is off on this server: start it with carla-gym serve --web (or {WEB_ENV_VAR}=true) "
+           "to drive the car at /web/")
+"""``GET /web/...``'s 404 detail on a server without the web page."""
+
+
 def web_enabled(web: bool = False) -> bool:
     """Whether the app serves the web page: ``web``, or `WEB_ENV_VAR` set to true, 1 or yes."""
     import os
@@ -118,6 +123,11 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
         _replace_shared_env_routes(app)
     else:  # what openenv-core's create_app builds without the web page
         app = create_fastapi_app(factory, ServerAction, CarlaObservation, concurrency_config=config)
+
+        @app.get("/web", include_in_schema=False)
+        @app.get("/web/{path:path}", include_in_schema=False)
+        async def web_is_off(path: str = ""):  # a 404 that says how to turn the page on
+            return JSONResponse(status_code=404, content={"detail": WEB_OFF})
 
     async def bad_value(request, exc):  # invalid reset or step arguments over HTTP
         return JSONResponse(status_code=400, content={"detail": f"{type(exc).__name__}: {exc}"})
