@@ -172,7 +172,7 @@ class Args:
     overwrite: bool = arg(False, "allow writing into a non-empty output directory")
     resume: str = arg("", "continue the run in this directory from its last checkpoint (other flags are "
                            "taken from its config.json)")
-    progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
+    progress_bar: bool = arg(False, "show a progress bar also when stderr is no terminal (on one it always shows)")
 
 
 def parse_args(argv: list[str] | None = None) -> Args:

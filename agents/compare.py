@@ -83,7 +83,7 @@ class Args:
     out: str = arg("results/compare", "output directory")
     resume: bool = arg(False, "continue the run in --out: skip the episodes already in episodes.jsonl")
     overwrite: bool = arg(False, "replace the results in --out")
-    progress_bar: bool = arg(False, "show a progress bar (on by default when stderr is a terminal)")
+    progress_bar: bool = arg(False, "show a progress bar also when stderr is no terminal (on one it always shows)")
 
 
 def parse_args(argv: list[str] | None = None, prog: str = PROG) -> Args:

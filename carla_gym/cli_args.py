@@ -38,7 +38,7 @@ def plain_text(text: str) -> str:
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` of every command line here: defaults shown, descriptions and flag helps as plain text.
+    """``--help`` of every command line here: defaults shown (required flags have none), plain-text descriptions.
 
     Descriptions come from module docstrings (reST), so `plain_text` strips their inline markup.
     """
@@ -48,6 +48,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _expand_help(self, action: argparse.Action) -> str:
         return plain_text(super()._expand_help(action))
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        """A required flag's help without ``(default: None)``: it has no default."""
+        return action.help if action.required else super()._get_help_string(action)
 
 
 def arg(default, help: str):  # noqa: A002 - argparse's name

@@ -113,6 +113,15 @@ def test_serve_help_describes_the_server_in_plain_words(help_of):
     assert help_of("python -m carla_gym.server")[1] == serve
 
 
+def test_required_flags_show_no_default(help_of):
+    _, collect, _ = help_of("carla-gym collect")
+    text = " ".join(collect.split())
+    assert "--base-url BASE_URL carla-gym server URL, e.g. http://127.0.0.1:8000 -o OUTPUT_DIR" in text
+    assert "--output-dir OUTPUT_DIR directory for results.jsonl and metadata.json --scenario" in text
+    _, sb3, _ = help_of("python train_sb3.py")
+    assert "also when stderr is no terminal (on one it always shows) (default: False)" in " ".join(sb3.split())
+
+
 @pytest.fixture(scope="module")
 def helps() -> dict[str, subprocess.CompletedProcess]:
     """``--help`` of every command, run as a user runs it (all at once, each with a 300 s limit)."""
