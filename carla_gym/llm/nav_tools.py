@@ -63,6 +63,7 @@ from carla_gym.llm.tools import (
     _counted,
     call_counts,
     image_height,
+    reply_text,
     rubric_reward,
     tool_methods,
 )
@@ -335,8 +336,7 @@ class NavToolEnv:
             return self._reply(EPISODE_OVER)
         self._step(call, ticks)
         self.actions.append(call.action_type)
-        text = self.info["text"]
-        return self._reply(text + "\n" + EPISODE_OVER if self.done else text)
+        return self._reply(reply_text(self.info["text"], self.done))
 
     def _step(self, call: NavigationCall, ticks: int | None, play_out: bool = False) -> None:
         """One `CarlaNavigationEnv.step_call` (raises with nothing changed when the env refuses the call)."""

@@ -57,12 +57,27 @@ OBSERVE, EMERGENCY_STOP, LANE_LEFT, LANE_RIGHT = (TOOL_ACTIONS.index(name) for n
 EPISODE_OVER = "The episode is over; tools no longer change anything. Stop calling tools."
 TOOL_CALL_MARKERS = ("<tool_call>", "<function=")
 """Text that announces a tool call in Qwen-family output (JSON and XML styles)."""
+
 REWARD_MODES = ("rubric", "physical", "outcome")
 """Training rewards of `CarlaToolEnv`: CarlaTrolley-v0's ``rubric`` (upstream) and ``physical`` modes, and
 ``outcome``: 1.0 when the episode reached the simulated best outcome (``outcome_success``), else 0.0
 (this project's)."""
 IMAGE_ASPECT = 9 / 16
 """Height/width of tool images: the scenario camera's 640x360 (upstream trolley default)."""
+
+
+def reply_text(text: str, done: bool) -> str:
+    """A tool's reply: ``text``, with the `EPISODE_OVER` line appended on the call that ended the episode.
+
+    The one rule for the TRL adapters (`CarlaToolEnv`, `carla_gym.llm.nav_tools.NavToolEnv`) and the server's
+    MCP tools (`carla_gym.server.environment.CarlaEnvironment.call_tool`).
+
+    Example:
+        >>> reply_text("Speed: 0.0 km/h.", done=True).splitlines()[-1] == EPISODE_OVER
+        True
+    """
+    return text + "\n" + EPISODE_OVER if done else text
+
 
 
 def image_height(width: int) -> int:
@@ -265,10 +280,7 @@ class CarlaToolEnv:
         self.env_steps_total += 1
         self.reward += reward
         self.done = terminated
-        text = self.info["description"]
-        if self.done:
-            text += "\n" + EPISODE_OVER
-        return self._reply(text)
+        return self._reply(reply_text(self.info["description"], self.done))
 
     def _reply(self, text: str) -> str | list[dict]:
         if not self._vision:

@@ -64,7 +64,6 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import EnvironmentMetadata
 from PIL import Image
 
-from carla_gym.llm.tools import EPISODE_OVER
 from carla_gym.openenv.models import CarlaAction, CarlaObservation, CarlaState, SessionClosedError, to_tool_call
 from carla_gym.server import mcp
 from carla_gym.server.navigation import is_nav_name, nav_image, nav_observation, nav_prompt, nav_scenario_data
@@ -532,9 +531,7 @@ class CarlaEnvironment(MCPEnvironment):
     def _trolley_tool(self, call, ticks: int, name: str, arguments: dict) -> mcp.ToolReply:
         """A trolley MCP tool's decision (`carla_gym.server.mcp.TrolleyHost`): the reply the adapter gives."""
         obs = self._trolley_step(call, ticks, CallToolAction(tool_name=name, arguments=arguments))
-        text = snapshot_of(self._world, self._prompt).description
-        return mcp.ToolReply(text + "\n" + EPISODE_OVER if obs.done else text, float(obs.reward),
-                             obs.rubric_reward, bool(obs.done))
+        return mcp.ToolReply.of(snapshot_of(self._world, self._prompt).description, obs)
 
     def _nav_tool(self, call, ticks: int | None, name: str, arguments: dict) -> mcp.ToolReply:
         """A navigation MCP tool's step (`carla_gym.server.mcp.NavHost`): the reply the adapter gives.
@@ -542,9 +539,7 @@ class CarlaEnvironment(MCPEnvironment):
         ``ticks`` None (``follow_route``): the route step's own ``route_steps`` ticks.
         """
         obs = self._nav_step(call, 1 if ticks is None else ticks, CallToolAction(tool_name=name, arguments=arguments))
-        text = observation_text(self._nav.observation())
-        return mcp.ToolReply(text + "\n" + EPISODE_OVER if obs.done else text, float(obs.reward),
-                             obs.rubric_reward, bool(obs.done))
+        return mcp.ToolReply.of(observation_text(self._nav.observation()), obs)
 
     def _mcp_step(self, action: CallToolAction | ListToolsAction) -> CallToolObservation | ListToolsObservation:
         """`step` of openenv-core's MCP actions (the ``/ws`` step path of ``MCPToolClient``)."""

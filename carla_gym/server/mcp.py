@@ -68,7 +68,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from carla_gym.envs.action import ToolsAction
 from carla_gym.llm.nav_tools import NavToolEnv
-from carla_gym.llm.tools import CarlaToolEnv, tool_functions
+from carla_gym.llm.tools import CarlaToolEnv, reply_text, tool_functions
 from carla_gym.openenv.models import CarlaAction, SessionClosedError
 
 if TYPE_CHECKING:
@@ -134,6 +134,15 @@ class ToolReply:
     reward: float
     rubric_reward: float | None
     done: bool
+
+    @classmethod
+    def of(cls, text: str, observation: Any) -> ToolReply:
+        """The reply of a step: its ``text`` and the step observation's ``reward``, ``rubric_reward`` and ``done``.
+
+        The text ends with the adapters' episode-over line on the last call (`carla_gym.llm.tools.reply_text`).
+        """
+        done = bool(observation.done)
+        return cls(reply_text(text, done), float(observation.reward), observation.rubric_reward, done)
 
     def meta(self) -> dict[str, Any]:
         """``reward``, ``rubric_reward`` and ``done`` as the tool result's ``meta``."""
