@@ -83,7 +83,7 @@ with needs_extra("server"):  # a missing openenv-core names the install command
     from openenv.core.mcp_client import MCPToolClient
 
 from carla_gym.llm.prompts import nav_user_prompt, state_reset_text, user_prompt
-from carla_gym.openenv.client import connect_explained
+from carla_gym.openenv.client import SESSION_ENDINGS, connect_explained
 from carla_gym.openenv.models import CarlaObservation, CarlaState
 from carla_gym.openenv.urls import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MESSAGE_TIMEOUT_S, check_timeout, check_url
 from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_any_scenario
@@ -121,8 +121,6 @@ RESUMABLE_CHANGES = ("env_base_url", "llm_endpoint", "num_episodes_requested")
 in all); every other setting (the plan of which episode an id stands for, the teacher and its settings,
 ``max_turns``, ``play_out``) must stay, so that one ``results.jsonl`` holds episodes of one collection."""
 
-_SESSION_ENDED = ("SESSION_CLOSED", "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
-"""Error codes with which the server ends a session (`carla_gym.openenv.client`): never a tool's error."""
 
 
 # -- the session ------------------------------------------------------------------------------------------------
@@ -280,7 +278,7 @@ class CarlaSession(ResourceSession):
             result = self._ask(f"call_tool {name}", self._client.step,
                                CallToolAction(tool_name=name, arguments=dict(arguments)))
         except RuntimeError as exc:  # an error envelope: a refused call, unless the server ended the session
-            if any(f"(code: {code})" in str(exc) for code in _SESSION_ENDED):
+            if any(f"(code: {code})" in str(exc) for code in SESSION_ENDINGS):
                 raise ConnectionError(f"{self.base_url} ended the session: {exc}") from exc
             return self._error(str(exc))
         text, rubric, error = _tool_reply(result)

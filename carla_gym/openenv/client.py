@@ -58,7 +58,7 @@ from carla_gym.sim.validate import json_safe
 _REPLY_TYPES = {"reset": "observation", "step": "observation", "state": "state"}
 _REFUSALS = ("VALIDATION_ERROR", "EXECUTION_ERROR")
 """openenv-core's error codes for requests whose values were refused; the session lives on."""
-_ENDINGS = (SESSION_CLOSED, "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
+SESSION_ENDINGS = (SESSION_CLOSED, "CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 """Error codes after which the server closes the connection (openenv-core's, and the guard's)."""
 
 
@@ -71,7 +71,7 @@ class ServerRefusedError(RuntimeError, ValueError):
 
 
 class _SessionEnded(ConnectionError):
-    """The server ended the session with an error envelope (see `_ENDINGS`)."""
+    """The server ended the session with an error envelope (see `SESSION_ENDINGS`)."""
 
 
 class _Unreachable(ConnectionError):
@@ -327,7 +327,7 @@ class CarlaEnv(EnvClient[CarlaAction, CarlaObservation, CarlaState]):
                                      if isinstance(e, dict))
         if code == "EXECUTION_ERROR" and text.startswith(SessionClosedError.PREFIX):
             code = SESSION_CLOSED  # a server without the guard's relabelling
-        if code in _ENDINGS:
+        if code in SESSION_ENDINGS:
             await self._lose(f"the server ended the session: {text} (code: {code})")
             hint = "; call reset() to start a new session" if code == SESSION_CLOSED else ""
             return _SessionEnded(f"{self._ws_url} closed the session: {text} (code: {code}){hint}")
