@@ -1,7 +1,7 @@
-"""Regenerate the README's comparison table and figures: ``python -m agents.readme_table``.
+"""Regenerate the documentation's comparison tables and figures: ``python -m agents.readme_table``.
 
-The README section "Comparing agents" (and, with ``--navigation``, the subsection "Comparing agents on
-navigation", `NAV_SECTION`, whose table is every row of its run's summary.md) holds one ``bash`` block
+The section "Upstream's fixed scenarios" of `PAGE` (docs/comparing.md; with ``--navigation``, its section
+"Navigation", `NAV_SECTION`, whose table is every row of its run's summary.md) holds one ``bash`` block
 (the commands behind its table), the table of every agent's ``all`` row and links to figures under
 ``docs/compare/``. This module is the only reader of that section: `commands` and `compare_args`
 give the commands as the README states them (the test of the table re-runs its scripted part from
@@ -9,7 +9,7 @@ them), `table_rows` the rows it shows, and `replace_table` swaps in the rows of 
 
 ``python -m agents.readme_table`` runs the block's commands in the repository root (each with
 ``--overwrite`` when asked, so earlier ``runs/`` and ``results/`` are replaced), then writes the
-new ``all`` rows into README.md and copies the linked figures from the comparison's ``--out``
+new ``all`` rows into the page and copies the linked figures from the comparison's ``--out``
 into ``docs/compare/``. ``--rows-only`` skips the commands and only rewrites from an existing
 comparison output. The prose around the table (timings, the reading of the results) is not
 rewritten: re-read it after regenerating.
@@ -36,12 +36,14 @@ from carla_gym.cli_args import HelpFormatter
 from carla_gym.io import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
-SECTION = "## Comparing agents"
+PAGE = REPO / "docs" / "comparing.md"
+"""The documentation page with the comparison tables (the module's "README": every function takes its text)."""
+SECTION = "## Upstream's fixed scenarios"
 TABLE_INTRO = "The `all` rows of that run"
 HARDWARE_DEPENDENT_KINDS = ("sb3", "llm", "vlm", "openai")
 """Agent kinds whose results depend on the machine (trained weights, remote models): not reproduced exactly."""
-NAV_SECTION = "### Comparing agents on navigation"
-"""The README subsection (end of the navigation section) with the navigation comparison (`agents.nav`)."""
+NAV_SECTION = "## Navigation"
+"""The page's section with the navigation comparison (`agents.nav`)."""
 NAV_TABLE_INTRO = "The rows of that run"
 """Start of the line above the navigation table (every row of its summary.md; all of them are reproducible)."""
 HARDWARE_NOTE = "Rows that depend on the machine:"
@@ -60,7 +62,7 @@ def section(readme: str, heading: str = SECTION) -> str:
     text = "\n" + readme
     start = text.find("\n" + heading + "\n")
     if start < 0:
-        raise ValueError(f"README has no {heading!r} section")
+        raise ValueError(f"the page has no {heading!r} section")
     level = len(heading) - len(heading.lstrip("#"))
     after = re.search(rf"\n#{{2,{level}}} ", text[start + 1:])  # "# " is a bash comment
     return text[start + 1:start + 1 + after.start() if after else len(text)]
@@ -69,12 +71,12 @@ def section(readme: str, heading: str = SECTION) -> str:
 def commands(readme: str, heading: str = SECTION) -> list[str]:
     r"""The commands of the section's first ``bash`` block, continuation lines joined, comments dropped.
 
-    >>> commands("## Comparing agents\n\n```bash\npython a.py \\\n    --x 1\n# note\npython b.py\n```\n")
+    >>> commands("## Upstream's fixed scenarios\n\n```bash\npython a.py \\\n    --x 1\n# note\npython b.py\n```\n")
     ['python a.py --x 1', 'python b.py']
     """
     block = re.search(r"```bash\n(.*?)```", section(readme, heading), re.S)
     if block is None:
-        raise ValueError(f"the README section {heading!r} has no bash block")
+        raise ValueError(f"the page section {heading!r} has no bash block")
     joined = re.sub(r"\\\n\s*", "", block.group(1))
     return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
@@ -89,7 +91,7 @@ def compare_args(readme: str, heading: str = SECTION) -> list[str]:
         words = shlex.split(command)
         if words[:3] == ["python", "-m", "agents.compare"]:
             return words[3:]
-    raise ValueError(f"the README section {heading!r} runs no 'python -m agents.compare'")
+    raise ValueError(f"the page section {heading!r} runs no 'python -m agents.compare'")
 
 
 def agent_kinds(compare_argv: list[str]) -> dict[str, str]:
@@ -104,7 +106,7 @@ def table_rows(readme: str) -> dict[str, str]:
     text = section(readme)
     start = text.find(TABLE_INTRO)
     if start < 0:
-        raise ValueError(f"the README section {SECTION!r} has no line starting with {TABLE_INTRO!r}")
+        raise ValueError(f"the page section {SECTION!r} has no line starting with {TABLE_INTRO!r}")
     rows = {}
     for line in _table(text[start:]):
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -122,7 +124,7 @@ def hardware_note(readme: str) -> str:
     text = section(readme)
     start = text.find(HARDWARE_NOTE)
     if start < 0:
-        raise ValueError(f"the README section {SECTION!r} has no paragraph starting with {HARDWARE_NOTE!r}")
+        raise ValueError(f"the page section {SECTION!r} has no paragraph starting with {HARDWARE_NOTE!r}")
     end = text.find("\n\n", start)
     return text[start:end if end > 0 else len(text)]
 
@@ -153,7 +155,7 @@ def replace_table(readme: str, summary_md: str) -> str:
     start = old_section.find(TABLE_INTRO)
     old = _table(old_section[start:]) if start >= 0 else []
     if not old:
-        raise ValueError(f"no table after {TABLE_INTRO!r} in the README section {SECTION!r}")
+        raise ValueError(f"no table after {TABLE_INTRO!r} in the page section {SECTION!r}")
     new = _table(summary_md)
     rows = [line for line in new[2:] if line.split(" | ")[1:2] == ["all"]]
     if not rows:
@@ -172,7 +174,7 @@ def nav_table_rows(readme: str) -> dict[tuple[str, str], str]:
     text = section(readme, NAV_SECTION)
     start = text.find(NAV_TABLE_INTRO)
     if start < 0:
-        raise ValueError(f"the README section {NAV_SECTION!r} has no line starting with {NAV_TABLE_INTRO!r}")
+        raise ValueError(f"the page section {NAV_SECTION!r} has no line starting with {NAV_TABLE_INTRO!r}")
     rows = {}
     for line in _table(text[start:])[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -191,7 +193,7 @@ def replace_nav_table(readme: str, summary_md: str) -> str:
     old = _table(old_section[start:]) if start >= 0 else []
     new = _table(summary_md)
     if not old or len(new) < 3:
-        raise ValueError(f"no table after {NAV_TABLE_INTRO!r} in the README section {NAV_SECTION!r}, or no rows "
+        raise ValueError(f"no table after {NAV_TABLE_INTRO!r} in the page section {NAV_SECTION!r}, or no rows "
                          "in summary.md")
     head = old_section[:start] + old_section[start:].replace("\n".join(old), "\n".join(new), 1)
     return readme.replace(old_section, head, 1)
@@ -200,10 +202,10 @@ def replace_nav_table(readme: str, summary_md: str) -> str:
 def figures(readme: str, heading: str = SECTION) -> list[str]:
     r"""File names of the figures the section links under ``docs/compare/``.
 
-    >>> figures("## Comparing agents\n\n![a](docs/compare/success_by_scenario.png)\n")
+    >>> figures("## Upstream's fixed scenarios\n\n![a](compare/success_by_scenario.png)\n")
     ['success_by_scenario.png']
     """
-    return re.findall(r"\]\(docs/compare/([^)/]+)\)", section(readme, heading))
+    return re.findall(r"\]\(compare/([^)/]+)\)", section(readme, heading))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                         "the runs/ and results/ directories an earlier regeneration wrote)")
     parser.add_argument("--rows-only", action="store_true", help="do not run the commands; rewrite the table "
                         "and figures from the comparison output that exists")
-    parser.add_argument("--readme", default=str(REPO / "README.md"), help="README to update")
+    parser.add_argument("--readme", default=str(PAGE), help="the documentation page to update")
     parser.add_argument("--navigation", action="store_true", help=f"regenerate the navigation table ({NAV_SECTION!r}) "
                         "instead of the trolley one")
     args = parser.parse_args(argv)

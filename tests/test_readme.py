@@ -1,16 +1,26 @@
-"""Every fenced code block of the README runs and prints what it says; its tables match the code.
+"""Every fenced code block of the README and of the documentation pages runs and prints what it says.
+
+The pages are README.md and every ``docs/**/*.md``. A block's key is ``"<page> / <section> / <lang> <n>"``: the
+page (``README.md``, or its path under ``docs/`` such as ``training/sb3.md``), the last ``## `` heading above the
+block (``(top)`` before the first) and n counting that language in the section. Moving a block to another page or
+section moves its key, so its entry in `PYTHON_BLOCKS` moves with it.
 
 Python blocks are executed; a ``print(...)`` line's trailing comment is its exact output, and full-line
 comments right below a ``print(...)`` without one are its output lines. Blocks that download weights
 are run with the offline substitute listed beside them in `PYTHON_BLOCKS`; blocks that talk to a
-server get the README's own ``carla-gym serve`` command's server. Bash blocks are split into commands,
-and each command is handled by the first rule of `COMMAND_RULES` whose prefix it starts with: run
+server get the pages' own ``carla-gym serve`` command's server. Bash blocks are split into commands,
+and each command is handled by the first rule of `COMMAND_RULES` whose prefix it starts with (or whose
+predicate it satisfies: the benchmark scripts of the Performance page): run
 verbatim, parsed by the script's own argument parser (exact argv; too slow, a GPU or a download),
-or a listed exception with its reason. A new block or a command no rule covers fails the suite.
+or a listed exception with its reason. A new block or a command no rule covers fails the suite; ``text``
+blocks are shown output (a command's printout) and are not run.
 
 Slow blocks and commands (``slow``: run by ``pytest -m slow``) keep a check in the default run: a
 block with ``fast_substitutions`` runs with those (a smaller model, shorter completions), and a
 command of a slow rule is parsed by its script's parser.
+
+The tables the pages show are checked against the code too: the scenario catalogue (docs/scenarios.md)
+against `carla_gym.sim.scenarios`, the comparison table (docs/comparing.md) by re-running its command.
 """
 
 from __future__ import annotations
@@ -33,37 +43,44 @@ from carla_gym.sim.navigation.scenarios import is_nav_name
 from carla_gym.sim.scenarios import resolve_scenario
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+PAGES = {"README.md": (REPO / "README.md").read_text(),
+         **{p.relative_to(DOCS).as_posix(): p.read_text() for p in sorted(DOCS.rglob("*.md"))}}
+"""``{page: text}``: README.md and every documentation page (named by its path under docs/)."""
 CI = (REPO / ".ci" / "run").read_text()
 BLOCK = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```[ ]*$", re.M | re.S)
 URL = "http://127.0.0.1:8000"
-"""The server address the README's blocks use."""
+"""The server address the pages' blocks use."""
+SHOWN_OUTPUT = {"text"}
+"""Block languages that show output rather than code: not executed."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One fenced block: ``key`` is ``"<section> / <lang> <n>"`` (n counts that language in the section)."""
+    """One fenced block: ``key`` is ``"<page> / <section> / <lang> <n>"`` (n counts that language in the section)."""
 
     key: str
     lang: str
     code: str
     line: int
+    page: str
 
 
-def readme_blocks() -> list[Block]:
+def page_blocks(page: str, text: str) -> list[Block]:
+    """The fenced blocks of one page, keyed ``"<page> / <section> / <lang> <n>"``."""
     blocks, counts = [], {}
-    for m in BLOCK.finditer(README):
-        before = README[:m.start()]
+    for m in BLOCK.finditer(text):
+        before = text[:m.start()]
         headings = re.findall(r"^## (.+)$", before, re.M)
         section = headings[-1] if headings else "(top)"
         counts[section, m["lang"]] = counts.get((section, m["lang"]), 0) + 1
         code = "".join(line[len(m["indent"]):] for line in m["body"].splitlines(keepends=True))
-        blocks.append(Block(f"{section} / {m['lang']} {counts[section, m['lang']]}", m["lang"], code,
-                            before.count("\n") + 1))
+        blocks.append(Block(f"{page} / {section} / {m['lang']} {counts[section, m['lang']]}", m["lang"], code,
+                            before.count("\n") + 1, page))
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for page, text in PAGES.items() for block in page_blocks(page, text)]
 
 
 # ---------------------------------------------------------------------------------------------- Python blocks
@@ -73,7 +90,7 @@ BLOCKS = readme_blocks()
 class PyRun:
     """How a Python block runs: verbatim unless ``substitutions`` (old, new) are given with their ``reason``."""
 
-    server: bool = False  # talks to the README's server at URL (replaced by the test server's address)
+    server: bool = False  # talks to the pages' server at URL (replaced by the test server's address)
     substitutions: tuple[tuple[str, str], ...] = ()
     reason: str = ""
     slow: bool = False  # runs in the slow part only (pytest -m slow) ...
@@ -86,30 +103,37 @@ TINY_QWEN3 = (
 )
 """The GRPO block's offline model: the tiny random Qwen3 its comment names."""
 
+QUICK_STARTS = ("README.md / Quick start / python 1", "getting-started.md / Quick start / python 1")
+CLIENT_EXAMPLES = ("openenv.md / Client / python 1", "openenv.md / Remote backend / python 1")
+
 PYTHON_BLOCKS = {
-    "Quick start / python 1": PyRun(),
-    "Vector envs: many worlds in one call / python 1": PyRun(),
-    "Vector envs: many worlds in one call / python 2": PyRun(
-        reason="2,048 PPO steps (default part: 128)", slow=True,
-        fast_substitutions=((".learn(total_timesteps=2048)", ".learn(total_timesteps=128)"),)),
-    "Spaces / python 1": PyRun(),  # registers modes: test_python_block removes them afterwards
-    "OpenEnv CARLA server, client and remote backend / python 1": PyRun(server=True),
-    "Navigation (towns, traffic, maze and free roam) / python 1": PyRun(),
-    "Navigation (towns, traffic, maze and free roam) / python 2": PyRun(),
-    "OpenEnv CARLA server, client and remote backend / python 2": PyRun(server=True),
-    "Use with OpenEnv / python 1": PyRun(server=True),
-    "CLIP reward shaping (VLM-RL) / python 1": PyRun(
+    QUICK_STARTS[0]: PyRun(),
+    QUICK_STARTS[1]: PyRun(),
+    "environments/vector.md / Gymnasium / python 1": PyRun(),
+    "environments/vector.md / stable-baselines3 / python 1": PyRun(
+        reason="2,048 PPO steps (default part: 128, which PPO rounds up to one rollout of 32 x 16 = 512)", slow=True,
+        fast_substitutions=((".learn(total_timesteps=2048)", ".learn(total_timesteps=128)"),
+                            ("print(model.num_timesteps)  # 2048", "print(model.num_timesteps)  # 512"))),
+    "environments/trolley.md / Adding modes / python 1": PyRun(),  # registers modes: test_python_block removes them
+    CLIENT_EXAMPLES[0]: PyRun(server=True),
+    "environments/navigation.md / Without Gymnasium: NavEpisode / python 1": PyRun(),
+    "environments/navigation.md / Two ways to drive / python 1": PyRun(
+        reason="renders the dict observation's camera at every tick of a whole free-roam episode", slow=True,
+        fast_substitutions=(('observation_mode="dict"', 'observation_mode="state"'),)),  # same dynamics, same output
+    CLIENT_EXAMPLES[1]: PyRun(server=True),
+    "openenv.md / MCP tools / python 1": PyRun(server=True),
+    "training/clip.md / Usage / python 1": PyRun(
         substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',
                         'OpenClipEncoder("ViT-B-32", pretrained=None)'),),
         reason="downloads the ViT-B-32 weights from the hub: random weights of the same architecture (default "
                "part: of the smaller ViT-S-32)", slow=True,
         fast_substitutions=(('OpenClipEncoder("ViT-B-32", pretrained="laion2b_s34b_b79k")',
                              'OpenClipEncoder("ViT-S-32", pretrained=None)'),)),
-    "CLIP reward shaping (VLM-RL) / python 2": PyRun(
+    "training/clip.md / Weights / python 1": PyRun(
         substitutions=(('create_model("ViT-B-32", pretrained="laion2b_s34b_b79k")',
                         'create_model("ViT-S-32", pretrained=None)'),),
         reason="downloads the ViT-B-32 weights from the hub: a smaller architecture with random weights"),
-    "Training tool-calling LLMs with GRPO (TRL) / python 1": PyRun(
+    "training/grpo.md / Your own TRL script / python 1": PyRun(
         substitutions=(*TINY_QWEN3, ("max_completion_length=1024,", "max_completion_length=256, max_steps=1,")),
         reason="downloads Qwen/Qwen3-0.6B: the tiny random Qwen3 its comment names, one short step on CPU (default "
                "part: completions of at most 32 tokens)", slow=True,
@@ -156,27 +180,28 @@ def run_python_block(block: Block, run: PyRun, url: str | None = None, fast: boo
 
     def recording_print(*args, sep=" ", end="\n", file=None, flush=False):
         frame = sys._getframe(1)
-        if frame.f_code.co_filename == "README.md":
+        if frame.f_code.co_filename == filename:
             outputs.setdefault(frame.f_lineno, []).extend((sep.join(map(str, args)) + end).splitlines())
 
+    filename = f"<{block.page}>"
     namespace = {"__name__": "__readme__", "print": recording_print}
-    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102
     shown = expected_prints(code)
     for line, want in shown.items():
-        assert outputs.get(line) == want, f"{block.key} (README line {block.line + line}): printed " \
-                                          f"{outputs.get(line)}, the README shows {want}"
+        assert outputs.get(line) == want, f"{block.key} ({block.page} line {block.line + line}): printed " \
+                                          f"{outputs.get(line)}, the page shows {want}"
     return namespace
 
 
 def test_every_python_block_is_listed():
     assert sorted(b.key for b in BLOCKS if b.lang == "python") == sorted(PYTHON_BLOCKS)
-    assert {b.lang for b in BLOCKS} == {"python", "bash"}, "a block in another language needs a rule here"
+    assert {b.lang for b in BLOCKS} <= {"python", "bash", *SHOWN_OUTPUT}, "a block in another language needs a rule"
+    assert {b.page for b in BLOCKS if b.lang == "python"} >= {"README.md", "getting-started.md", "openenv.md"}
 
 
 def test_the_quick_start_and_client_examples_show_their_output():
     """Those blocks are checked against their comments (so a missing comment would silently check nothing)."""
-    for key in ("Quick start / python 1", "OpenEnv CARLA server, client and remote backend / python 1",
-                "OpenEnv CARLA server, client and remote backend / python 2"):
+    for key in (*QUICK_STARTS, *CLIENT_EXAMPLES):
         code = next(b.code for b in BLOCKS if b.key == key)
         assert "1.0 SWERVE_LEFT 0" in [o for outs in expected_prints(code).values() for o in outs], key
     assert any('prints "carla-gym serve: listening on' in c for _, argv, c in bash_commands() if argv[1] == "serve")
@@ -203,19 +228,19 @@ def test_python_block(key, fast, tmp_path, monkeypatch, request):
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # TRL's notice that environment_factory is experimental
     block = next(b for b in BLOCKS if b.key == key)
     namespace = run_python_block(block, PYTHON_BLOCKS[key], fast=fast)
-    if key == "CLIP reward shaping (VLM-RL) / python 1":
+    if key == "training/clip.md / Usage / python 1":
         venv = namespace["venv"]
         assert venv.num_envs == 8 and venv.reset().shape == (8, 32)
         venv.close()
-    elif key == "CLIP reward shaping (VLM-RL) / python 2":  # and its comment: the file loads as pretrained=
+    elif key == "training/clip.md / Weights / python 1":  # and its comment: the file loads as pretrained=
         from carla_gym.reward import OpenClipEncoder
 
         loaded = OpenClipEncoder("ViT-S-32", pretrained="vit_b32.pt").model.state_dict()
         saved = namespace["model"].state_dict()
         assert loaded.keys() == saved.keys() and all(loaded[k].equal(saved[k]) for k in saved)
-    elif key == "Training tool-calling LLMs with GRPO (TRL) / python 1":
+    elif key == "training/grpo.md / Your own TRL script / python 1":
         assert namespace["trainer"].state.global_step == 1
-    elif key == "Quick start / python 1":
+    elif key in QUICK_STARTS:
         assert namespace["info"]["outcome"]["success"] is True
 
 
@@ -279,7 +304,7 @@ def _parse_only(module: str):
 
 
 def _installs(argv, comment):
-    """Installing from PyPI needs the network and minutes; CI's .ci/run runs the README's install and tests.
+    """Installing from PyPI needs the network and minutes; CI's .ci/run runs the pages' install and tests.
 
     Checked here: an editable install of this clone with extras that exist.
     """
@@ -293,7 +318,7 @@ def _installs(argv, comment):
 
 
 def _venv(argv, comment):
-    """Creating the virtual environment is the first step of CI's .ci/run (the README's test command)."""
+    """Creating the virtual environment is the first step of CI's .ci/run (the pages' test command)."""
     assert argv == ["python3", "-m", "venv", ".venv"]
 
 
@@ -312,7 +337,7 @@ def _hf_download(argv, comment):
 def _serve(argv, comment, servers):
     """Run verbatim on a free port (--port 8000 -> 0); the announcement is the one the comment quotes.
 
-    ``servers`` (the `readme_servers` fixture) holds every README ``carla-gym serve`` command, started at once.
+    ``servers`` (the `readme_servers` fixture) holds every ``carla-gym serve`` command, started at once.
     """
     url, announcement = servers[tuple(argv)]
     assert url.startswith("http://127.0.0.1:")
@@ -323,7 +348,7 @@ def _serve(argv, comment, servers):
 
 
 def _grpo_smoke(argv, comment):
-    """The command the README calls the offline smoke run, verbatim (in a temporary directory); others parse."""
+    """The command the page calls the offline smoke run, verbatim (in a temporary directory); others parse."""
     import tempfile
 
     if "smoke run" not in comment:
@@ -340,7 +365,7 @@ def _grpo_smoke(argv, comment):
 
 
 def _validate_url(argv, comment, servers):
-    """openenv-core's validator against the README's server: every criterion passes.
+    """openenv-core's validator against the pages' server: every criterion passes.
 
     In process (``openenv validate --url`` runs ``validate_running_environment``): the ``openenv`` command line
     takes 8 s to start; tests/test_mcp.py's slow test runs it verbatim against a server process.
@@ -353,14 +378,14 @@ def _validate_url(argv, comment, servers):
 
 
 def _collect(argv, comment, servers):
-    """``carla-gym collect`` verbatim against the README's server (in a temporary directory); prints what it says."""
+    """``carla-gym collect`` verbatim against the pages' server (in a temporary directory); prints what it says."""
     import tempfile
 
     from carla_gym.collect import main as collect
 
     url = next(iter(servers.values()))[0]
     shown = re.findall(r'prints "(.+?)"', comment)  # the one below the command (the comment above may quote one too)
-    assert shown, f"{argv}: the README quotes no output"
+    assert shown, f"{argv}: the page quotes no output"
     with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp), \
             contextlib.redirect_stdout(io.StringIO()) as out:
         assert collect([a.replace(URL, url) for a in argv[2:]]) == 0
@@ -374,7 +399,7 @@ def _package(argv, comment, folder):
 
 
 def _validate_folder(argv, comment, folder):
-    """``openenv validate DIR`` on the folder the README's package command wrote; its verdict as shown.
+    """``openenv validate DIR`` on the folder the pages' package command wrote; its verdict as shown.
 
     In process (what the command runs: ``validate_multi_mode_deployment`` and ``format_validation_report``);
     tests/test_package.py's slow test runs the command line verbatim.
@@ -411,6 +436,30 @@ def _docker(argv, comment, folder):
     assert image_tag() == "carla-gym"  # the tag carla-gym package prints
 
 
+def _mkdocs(argv, comment):
+    """Serving the site blocks until Ctrl-C: the command exists and the site's config is the repository's.
+
+    The strict build of the site is tests/test_prose.py's `test_the_documentation_site_builds_strictly` (slow).
+    """
+    from mkdocs.__main__ import cli
+
+    assert argv[1] in cli.commands and argv in (["mkdocs", "serve"], ["mkdocs", "build", "--strict"]), argv
+    assert (REPO / "mkdocs.yml").is_file() and Path(sys.executable).with_name("mkdocs").is_file()
+
+
+def _is_benchmark(argv) -> bool:
+    """``[taskset -c CPUS] python benchmarks/<script>.py ...``."""
+    rest = argv[3:] if argv[:2] == ["taskset", "-c"] else argv
+    return len(rest) > 1 and rest[0] == "python" and re.fullmatch(r"benchmarks/\w+\.py", rest[1]) is not None
+
+
+def _benchmark(argv, comment):
+    """A measurement (minutes on a quiet machine; results on the Performance page): script and flags exist."""
+    rest = argv[3:] if argv[0] == "taskset" else argv
+    source = (REPO / rest[1]).read_text()
+    assert all(f'"{flag}"' in source for flag in rest[2:] if flag.startswith("--")), (rest, "a flag the script lacks")
+
+
 COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["python3", "-m", "venv"], _venv, False),
     ([".venv/bin/pip", "install"], _installs, False),
@@ -431,6 +480,8 @@ COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["openenv", "push"], _push, False),
     (["docker"], _docker, False),
     (["hf", "download"], _hf_download, False),
+    (["mkdocs"], _mkdocs, False),
+    (_is_benchmark, _benchmark, False),  # a predicate instead of a prefix
 ]
 HANDLER_FIXTURES = {_serve: "readme_servers", _collect: "readme_servers", _validate_url: "readme_servers",
                     _package: "readme_package", _validate_folder: "readme_package", _push: "readme_package",
@@ -439,7 +490,8 @@ HANDLER_FIXTURES = {_serve: "readme_servers", _collect: "readme_servers", _valid
 
 
 def _rule(argv):
-    return next(((h, slow) for prefix, h, slow in COMMAND_RULES if argv[:len(prefix)] == prefix), (None, False))
+    return next(((h, slow) for prefix, h, slow in COMMAND_RULES
+                 if (prefix(argv) if callable(prefix) else argv[:len(prefix)] == prefix)), (None, False))
 
 
 def test_every_bash_command_has_a_rule():
@@ -467,16 +519,17 @@ def test_bash_command_of_the_slow_part_parses(key, argv, comment):
 
 
 def test_ci_runs_the_readme_test_command():
-    block = next(b for b in BLOCKS if b.key == "Two commands / bash 2")
-    assert block.code.splitlines()[1] in CI
+    for key in ("README.md / Two commands / bash 2", "getting-started.md / Install and run / bash 2"):
+        block = next(b for b in BLOCKS if b.key == key)
+        assert block.code.splitlines()[1] in CI
 
 
-# ------------------------------------------------------------------------------------------- README's server
+# ------------------------------------------------------------------------------------------- the pages' server
 
 
 @contextlib.contextmanager
 def serve(argvs):
-    """Start the README's ``carla-gym serve ...`` commands at once, each on a free port.
+    """Start the pages' ``carla-gym serve ...`` commands at once, each on a free port.
 
     Yields:
         A function that waits for their announcements and returns ``[(url, announcement)]`` in the
@@ -515,7 +568,7 @@ def serve(argvs):
 
 @pytest.fixture(scope="module", autouse=True)
 def readme_server_processes():
-    """Every README ``carla-gym serve`` command, started with the module so they boot while its first tests run."""
+    """Every ``carla-gym serve`` command of the pages, started with the module: they boot while its first tests run."""
     argvs = list(dict.fromkeys(tuple(argv) for _, argv, _ in bash_commands() if argv[:2] == ["carla-gym", "serve"]))
     with serve(argvs) as announced:
         yield argvs, announced
@@ -523,14 +576,14 @@ def readme_server_processes():
 
 @pytest.fixture(scope="module")
 def readme_servers(readme_server_processes) -> dict[tuple[str, ...], tuple[str, str]]:
-    """``{argv: (url, announcement)}`` of every README ``carla-gym serve`` command (port 8000 -> a free one)."""
+    """``{argv: (url, announcement)}`` of every ``carla-gym serve`` command (port 8000 -> a free one)."""
     argvs, announced = readme_server_processes
     return dict(zip(argvs, announced(), strict=True))
 
 
 @pytest.fixture(scope="module")
 def readme_package(tmp_path_factory) -> Path:
-    """The folder of the README's ``carla-gym package DIR`` command, run verbatim in a temporary directory."""
+    """The folder of the pages' ``carla-gym package DIR`` command, run verbatim in a temporary directory."""
     from carla_gym.server.package import main as package
 
     (argv,) = {tuple(argv) for _, argv, _ in bash_commands() if argv[:2] == ["carla-gym", "package"]}
@@ -542,7 +595,7 @@ def readme_package(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def readme_server(readme_servers):
-    """URL of the server of the README's first ``carla-gym serve`` command."""
+    """URL of the server of the pages' first ``carla-gym serve`` command."""
     return next(iter(readme_servers.values()))[0]
 
 
@@ -556,7 +609,7 @@ def test_python_block_on_the_server(key, readme_server):
 
 
 def _table_rows():
-    section = README.split("## Scenarios", 1)[1].split("\n## ", 1)[0]
+    section = PAGES["scenarios.md"].split("## Trolley catalogue", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
 
@@ -584,10 +637,10 @@ def test_scenario_table_matches_catalogue(row):
 
 def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_machine_dependent_ones(tmp_path,
                                                                                                     monkeypatch):
-    """The README's comparison table is real (see agents.readme_table, which also regenerates it).
+    """The comparison table of docs/comparing.md is real (see agents.readme_table, which also regenerates it).
 
-    Scripted agents and random are re-run from the README's own command and must match exactly
-    (wall time aside). Trained agents vary with the machine: they must be named in the README's
+    Scripted agents and random are re-run from the page's own command and must match exactly
+    (wall time aside). Trained agents vary with the machine: they must be named in the page's
     hardware note and are checked for what does not vary (episodes, exactness, shares). The
     figures are not drawn (three quarters of the run's time; tests/test_compare.py checks them):
     the rows they would be drawn from are.
@@ -597,8 +650,9 @@ def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_mach
     from agents.specs import parse_spec
     from carla_gym.suites import resolve_scenarios
 
-    argv = rt.compare_args(README)
-    args, kinds, shown = compare.parse_args(argv), rt.agent_kinds(argv), rt.table_rows(README)
+    page = PAGES[rt.PAGE.relative_to(DOCS).as_posix()]
+    argv = rt.compare_args(page)
+    args, kinds, shown = compare.parse_args(argv), rt.agent_kinds(argv), rt.table_rows(page)
     assert list(shown) == list(kinds)  # one row per agent of the command, in its order
     fixed = [a for a in args.agents if parse_spec(a).kind not in rt.HARDWARE_DEPENDENT_KINDS]
     plotted = []
@@ -613,16 +667,17 @@ def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_mach
     assert [without_wall_time(rows[a]) for a in reproducible] == [without_wall_time(shown[a]) for a in reproducible]
     from agents.summary import MARKDOWN_HEADER
 
-    assert MARKDOWN_HEADER in rt.section(README)  # the table has this version's columns (outcomes first)
+    assert MARKDOWN_HEADER in rt.section(page)  # the table has this version's columns (outcomes first)
     column = {name.strip(): i for i, name in enumerate(MARKDOWN_HEADER.strip("|").split("|"))}
     cells = {a: [c.strip() for c in row.strip("|").split("|")] for a, row in shown.items()}
     episodes = len(resolve_scenarios(args.scenario)) * len(args.seeds) * args.episodes
     outcome, shares = column["success (outcome)"], column["L / R / brake / none"]
     scripted_exact = "exact" in cells["oracle"][outcome]
-    note = rt.hardware_note(README)
+    note = rt.hardware_note(page)
     for agent in (a for a in kinds if a not in reproducible):
-        assert f"`{agent}`" in note, f"{agent}: a machine-dependent row the README's hardware note does not name"
+        assert f"`{agent}`" in note, f"{agent}: a machine-dependent row the page's hardware note does not name"
         assert cells[agent][2] == str(episodes) and ("exact" in cells[agent][outcome]) == scripted_exact, agent
         assert abs(sum(int(share.strip(" %")) for share in cells[agent][shares].split("/")) - 100) <= 2, agent
-    for name in rt.figures(README):
+    for name in rt.figures(page):
         assert (REPO / "docs" / "compare" / name).is_file()
+
