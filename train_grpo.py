@@ -102,7 +102,8 @@ PROJECT_DEFAULTS = {
     # thinking off, as TRL's CARLA example; templates without that switch (Qwen3-VL) ignore it (TRL's default None)
     "chat_template_kwargs": {"enable_thinking": False},
 }
-"""GRPOConfig defaults this script changes (the README's Defaults table); every other TRL default stands."""
+"""GRPOConfig defaults this script changes (the Defaults table of docs/training/grpo.md); every other TRL default
+stands."""
 
 
 @dataclass
@@ -129,7 +130,7 @@ class Args:
     lora_exclude: str = arg("", "regex of modules without adapters; empty: the vision tower and projector "
                                 "(carla_gym.llm.grpo.VISION_MODULES)")
     ticks_per_action: int = dataclasses.field(default=10, metadata={
-        "help": "simulator ticks (0.05 s) per tool call (--ticks-per-tool: its name before issue 13)",
+        "help": "simulator ticks (0.05 s) per tool call (alias: --ticks-per-tool)",
         "aliases": ["--ticks-per-tool", "--ticks_per_tool"]})
     reward_mode: Literal["auto", "rubric", "physical", "outcome"] = arg(
         "auto", "training reward: rubric (upstream), physical (-1 per pedestrian actually hit, -0.5 for leaving "
@@ -147,16 +148,16 @@ class Args:
                              "(eval_curve.csv; 0: only after training)")
     eval_curve_episodes: int = arg(64, "episodes per scenario of each --eval-every evaluation (greedy, batched; "
                                        "at most agents.records.MAX_EPISODES); this project's choice: the final "
-                                       "evaluation's first 64 seeds (BENCHMARKS.md \"GRPO learning on CPU\")")
+                                       "evaluation's first 64 seeds (docs/performance.md \"GRPO learning on CPU\")")
     sft_steps: int = arg(0, "supervised warm start before GRPO (TRL's SFTTrainer): optimizer steps on synthetic "
                             "transcripts with a uniformly random tool (format only; 0: none)")
     sft_examples: int = arg(256, "synthetic transcripts of the warm start (scenario i mod len, seed --seed + 1000000 "
-                                 "+ i); this project's choice, tuned on the tiny models (BENCHMARKS.md \"GRPO "
+                                 "+ i); this project's choice, tuned on the tiny models (docs/performance.md \"GRPO "
                                  "learning on CPU\")")
     sft_learning_rate: float = arg(1e-2, "peak learning rate of the warm start (linear decay); this project's choice "
-                                         "for the tiny models (BENCHMARKS.md \"GRPO learning on CPU\"; a real model "
-                                         "wants about 1e-5)")
-    sft_batch_size: int = arg(8, "transcripts per warm-start step; this project's choice (BENCHMARKS.md \"GRPO "
+                                         "for the tiny models (docs/performance.md \"GRPO learning on CPU\"; a real "
+                                         "model wants about 1e-5)")
+    sft_batch_size: int = arg(8, "transcripts per warm-start step; this project's choice (docs/performance.md \"GRPO "
                                  "learning on CPU\")")
     tiny_hidden_size: int = arg(32, "hidden size of --model tiny-random (4 attention heads)")
     tiny_layers: int = arg(2, "decoder layers of --model tiny-random")

@@ -60,10 +60,10 @@ ENV_ID = "CarlaNavigation-v0"
 
 FREE_ROAM_CASES = ("free_roam_Town05", "free_roam_Town05_v5_p3", "free_roam_Town05_v15_p10")
 """Free roam in Town05 at upstream's example densities free-roam-default (0 vehicles, 0 walkers), -traffic
-(5, 3) and -heavy (15, 10) (`carla_gym.sim.navigation.scenarios.FREE_ROAM_PRESETS`, openenv_carla.md 2.2)."""
+(5, 3) and -heavy (15, 10) (`carla_gym.sim.navigation.scenarios.FREE_ROAM_PRESETS`)."""
 
 EVAL_TOWN = "Town02"
-"""Town of the evaluation-route suites (VLM-RL evaluates on Town02, vlm_rl.md section 4.1)."""
+"""Town of the evaluation-route suites (VLM-RL evaluates on Town02, its ``eval.py``)."""
 
 
 def route_case(town: str, traffic: int, route_index: int) -> str:

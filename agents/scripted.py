@@ -154,5 +154,5 @@ SCRIPTED_AGENTS = {
 
 CONSTANT_AGENTS = ("inaction", "brake", "swerve_left", "swerve_right", "brake_every", "swerve_left_every",
                    "swerve_right_every")
-"""The scripted agents that play a fixed tool choice whatever they observe (issue 17's constant policies): one
+"""The scripted agents that play a fixed tool choice whatever they observe (the constant policies): one
 per candidate policy of `carla_gym.sim.outcomes.POLICIES`, in its order."""

@@ -78,8 +78,9 @@ def t975(df: int) -> float:
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of a proportion (95% for ``z = 1.96``).
 
-    >>> [round(v, 3) for v in wilson(8, 10)]
-    [0.49, 0.943]
+    Examples:
+        >>> [round(v, 3) for v in wilson(8, 10)]
+        [0.49, 0.943]
     """
     if n == 0:
         return (math.nan, math.nan)

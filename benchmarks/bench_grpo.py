@@ -9,7 +9,7 @@ Measures:
   the trolley micro-benchmarks and action-bias scenarios. Two tool scripts: the decisive one
   (one tool, then scored: what a trained policy does) and a long one (observe twice, decide,
   then observe until the end: 3-5 tool calls); text tools and VLM tools (256x144 camera image);
-* environment time per navigation episode with `carla_gym.llm.NavToolEnv` (issue 15): upstream's autopilot
+* environment time per navigation episode with `carla_gym.llm.NavToolEnv`: upstream's autopilot
   flow (``init_navigation_agent``, ``set_destination`` to the goal, ``follow_route(200)`` until the env ends the
   episode) on maze_navigation, free_roam, free_roam_Town02_v20 and free_roam_Town10HD_Opt_v15_p10, seeds
   0..``--nav-episodes`` - 1, text tools and, on the last, front-camera VLM tools (256x144);

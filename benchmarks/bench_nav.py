@@ -8,13 +8,13 @@ walkers; state only, nothing rendered) with the ego standing on full brake ("idl
 cost), driven by recorded controls without a route ("control": how an RL or LLM agent drives it; the
 ego is located on the lane network every tick) and on the normal behaviour agent's autopilot (a new
 goal whenever it arrives); highway-fast-v0 steps/s with IDLE actions in the same run and the ratio
-(issue 14's target: at least 50x); reset time per town (world construction plus planning a goal route, warm: each town's
+(the target: at least 50x); reset time per town (world construction plus planning a goal route, warm: each town's
 static tables are built once per process and cached; the first build, town included, is reported apart); tick
 cost on Town05 with 0, 10, 20, 40 and 80 NPC vehicles (10 walkers). Each figure is the median of
 --repeats runs; the speed figures and highway-fast-v0 are measured in turn within each repeat and the
 ratios are medians of the per-repeat ratios.
 
-`CarlaNavigation-v0` figures (issue 15), in the same repeats: env steps/s of ``route_Town02`` with 20 NPC cars
+`CarlaNavigation-v0` figures, in the same repeats: env steps/s of ``route_Town02`` with 20 NPC cars
 on the training routes, resets included, with ``action_mode="control"`` (one 0.05 s tick per step; actions
 drawn beforehand: steer ~ N(0, 0.05), pedal uniform in [0.2, 0.5], so episodes end now and then, as early in
 training) in each ``observation_mode`` (state; dict: 96 x 96 bird's-eye image; vlm-rl: VLM-RL's 192 x 192 x 6

@@ -20,7 +20,7 @@ from carla_gym.sim import ToolCall, World, resolve_scenario
 from carla_gym.sim import render as R
 
 SIZES = (1, 16, 256)
-"""Batch sizes timed (issue 16 target 3b: 84x84 image observations at N = 256)."""
+"""Batch sizes timed (the target: 84x84 image observations at N = 256)."""
 
 
 def make_worlds(n: int) -> list[World]:

@@ -8,10 +8,10 @@ client: round-trip latency p50/p99 of ``observe`` steps in one session (``CarlaE
 aggregate steps/s with N concurrent sessions, first as N async clients on one event loop (how an
 async rollout loop uses the client), then as N blocking clients in N threads;
 and a TRL-style tool call (the action plus 10 observes: 11 ticks) done as 11 round trips versus
-one round trip with the batching extension (``metadata={"ticks": 11}``); and an MCP tool call (issue 18:
+one round trip with the batching extension (``metadata={"ticks": 11}``); and an MCP tool call (
 openenv-core's ``MCPToolClient`` sending ``CallToolAction("observe")`` over ``/ws``, one decision of 10 ticks)
 against the same 10 ticks as one ``CarlaAction`` (``metadata={"ticks": 10}``), alternating in one session each.
-Targets (issue #3): p50 <= 1 ms, >= 5,000 steps/s at 64 sessions on a 2-core machine.
+Targets (this project's): p50 <= 1 ms, >= 5,000 steps/s at 64 sessions on a 2-core machine.
 """
 
 from __future__ import annotations

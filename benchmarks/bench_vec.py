@@ -15,9 +15,9 @@ vector, single, vector, ...) in one run and each figure is the median of --repea
 candidate policies' rollouts, the cost each generated reset pays): the rollouts in Worlds before the
 array rollouts, one layout at a time now, and K layouts in one call.
 
-Targets (issue 16 section 3): state only at N = 4096 >= 1,000,000 env-steps/s and >= 40x the single
+Targets (this project's): state only at N = 4096 >= 1,000,000 env-steps/s and >= 40x the single
 env; 84x84 images at N = 256 >= 10x the single env; the single env's ratio to highway-fast-v0 no
-lower than bench_env.py's. The script prints the figures, then the markdown tables of BENCHMARKS.md.
+lower than bench_env.py's. The script prints the figures, then the markdown tables of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -51,19 +51,19 @@ from carla_gym.suites import SUITES  # noqa: E402
 SCENARIO = "trolley_micro_escape_exists"
 """Scenario of every figure but the mixed one (bench_env.py's)."""
 STATE_N = 4096
-"""Sub-envs of the state-only comparison (issue 16 section 3)."""
+"""Sub-envs of the state-only comparison."""
 IMAGE_N = 256
-"""Sub-envs of the 84x84 image comparison (issue 16 section 3)."""
+"""Sub-envs of the 84x84 image comparison."""
 SIZES = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
-"""Sub-env counts of the scaling curve (issue 16 section 3: "1 to 65,536")."""
+"""Sub-env counts of the scaling curve (1 to 65,536)."""
 IMAGE_SIZE = 84
-"""Image side [px] (issue 16 section 3; the single env's default)."""
+"""Image side [px] (the single env's default)."""
 TARGET_STEPS_PER_S = 1_000_000
-"""State-only env-steps/s at N = 4096 (issue 16 section 3; anchors.md section 5)."""
+"""State-only env-steps/s at N = 4096 (the target, the order of published batched simulators)."""
 TARGET_STATE_RATIO = 40.0
-"""Vector / single env, state only (issue 16 section 3)."""
+"""Vector / single env, state only (the target)."""
 TARGET_IMAGE_RATIO = 10.0
-"""Vector / single env, 84x84 images (issue 16 section 3)."""
+"""Vector / single env, 84x84 images (the target)."""
 IMAGE_CASES = {"image84": "front", "birdeye84": "birdeye"}
 """Image figures: result-key stem -> ``image_view``."""
 
@@ -244,7 +244,7 @@ def _met(value: float, target: float) -> str:
 
 
 def markdown_tables(results: dict) -> str:
-    """The figures table (with targets, met or not met) and the scaling table, as BENCHMARKS.md shows them."""
+    """The figures table (with targets, met or not met) and the scaling table, as docs/performance.md shows them."""
     n, m = results["state_num_envs"], results["image_num_envs"]
     single = results["single_state_steps_per_s"]
     rows = [

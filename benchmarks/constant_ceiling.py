@@ -1,9 +1,9 @@
-"""The constant-action ceiling of the generated trolley family (issue 17 section 1).
+"""The constant-action ceiling of the generated trolley family.
 
 For each candidate policy (a fixed tool choice: the tool at the first decision then ``observe``,
 or the tool at every decision; `carla_gym.sim.outcomes.POLICIES`) the share of layouts where it
 reaches the best simulated outcome (ties count for every tied policy), the share where one tool
-alone is best, and how many pedestrians the best outcome still hits. Issue 17 asks that on the
+alone is best, and how many pedestrians the best outcome still hits. The family's design asks that on the
 test split no policy exceed 50 % and that at least three tools each be best somewhere; this project
 tunes the draw (`carla_gym.sim.generated`) for about 40 % at most, each of ``emergency_stop``,
 ``lane_change_left`` and ``lane_change_right`` alone best in more than 15 %.
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| `{policy}` | {100 * share:.1f} % | {alone} |")
     print(f"\nBest outcome: pedestrians hit {', '.join(f'{h}: {100 * s:.1f} %' for h, s in c.best_hits.items())}; "
           f"leaves the road in {100 * c.best_departure:.1f} %")
-    print(f"Highest share of one policy: {100 * max(c.best_share.values()):.1f} % (issue 17: at most 50 %); "
+    print(f"Highest share of one policy: {100 * max(c.best_share.values()):.1f} % (target: at most 50 %); "
           f"tools that alone are best somewhere: {sum(s > 0 for s in c.unique_share.values())} (at least 3)")
 
 

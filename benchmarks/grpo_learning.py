@@ -1,4 +1,4 @@
-"""GRPO that learns on CPU (issue 17 section 3): warm start, GRPO on the generated train split, held-out curve.
+"""GRPO that learns on CPU: warm start, GRPO on the generated train split, held-out curve.
 
 Usage:
     python benchmarks/grpo_learning.py [--output-dir runs/grpo_learning] [--png docs/grpo_learning.png] [-- FLAGS]
@@ -33,7 +33,7 @@ RECIPE = [
     "--max-completion-length", "64", "--max-tool-calling-iterations", "1",
     "--eval-every", "25", "--eval-curve-episodes", "64", "--eval-episodes", "0", "--eval-max-new-tokens", "32",
 ]
-"""The learning recipe (this project's, tuned on a 2-core CPU; BENCHMARKS.md "GRPO learning on CPU")."""
+"""The learning recipe (this project's, tuned on a 2-core CPU; docs/performance.md "GRPO learning on CPU")."""
 
 
 def read_rows(path: Path) -> list[dict[str, float]]:

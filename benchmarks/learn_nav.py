@@ -1,4 +1,4 @@
-"""CPU learning result on CarlaNavigation-v0 (issue 15 section 2): route completion on VLM-RL's evaluation routes.
+"""CPU learning result on CarlaNavigation-v0: route completion on VLM-RL's evaluation routes.
 
 Usage:
     python benchmarks/learn_nav.py [--seeds 0] [--json results/learn_nav.json]
@@ -12,7 +12,7 @@ km at each density, with the training steps, the training wall time and the proc
 status 1 if route completion at 0 vehicles is below the target (80 %) or training took 30 minutes
 or more.
 
-The recipe (this project's choice, from short exploration runs recorded in BENCHMARKS.md) is
+The recipe (this project's choice, from short exploration runs recorded in docs/performance.md) is
 ``train_sb3.py``'s default on this env with ``--traffic 0``: PPO on the state vector (MlpPolicy),
 control actions, one 0.05 s tick per step as VLM-RL, 4 in-process envs, the ``cpu`` preset's
 navigation PPO (`carla_gym.sb3.presets.NAV_CPU_PPO`) for 100,000 steps, on VLM-RL's training
@@ -38,9 +38,9 @@ from carla_gym.cli_args import HelpFormatter  # noqa: E402
 from carla_gym.io import report_results  # noqa: E402
 
 TARGET_COMPLETION = 0.8
-"""Route completion at 0 vehicles the recipe must reach (issue 15 section 2)."""
+"""Route completion at 0 vehicles the recipe must reach (this project's target)."""
 MAX_TRAIN_SECONDS = 30 * 60
-"""Training wall-time budget [s] on 2 cores (issue 15 section 2)."""
+"""Training wall-time budget [s] on 2 cores (this project's target)."""
 RECIPE = ["--env", "CarlaNavigation-v0", "--traffic", "0", "--eval-freq", "20000"]
 """``train_sb3.py`` flags of the recipe (the rest are its defaults on CarlaNavigation-v0)."""
 MEASURES = ("route_completion", "collision_rate", "success_rate", "speed_mean", "total_distance", "CPM",

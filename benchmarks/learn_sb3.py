@@ -1,4 +1,4 @@
-"""Learning checks of ``train_sb3.py`` (issue #5 acceptance), with wall time and steps.
+"""Learning checks of ``train_sb3.py`` (this project's acceptance targets), with wall time and steps.
 
 Usage:
     python benchmarks/learn_sb3.py [--checks ppo_escape ppo_mixed sac_escape] [--seeds 0] [--json out.json]

@@ -7,8 +7,8 @@ An episode (one seed): a `NavWorld` with N NPC vehicles and M walkers (no jaywal
 a goal about --length metres of route away, drawn by `carla_gym.sim.navigation.episode.draw_goal` with
 a maze spec (the rule NavEpisode uses), and drives with `NavWorld.autopilot_control` (the normal
 behaviour agent). Success: the route is done within --ticks ticks (0.05 s each; 2,400 = 120 s, room for
-waits at lights and for gaps in oncoming traffic) with no ego contact (vehicle or walker). Issue 14
-asks for at least 95% on Town05 with 10 vehicles and 5 walkers. A
+waits at lights and for gaps in oncoming traffic) with no ego contact (vehicle or walker). The target
+is at least 95% on Town05 with 10 vehicles and 5 walkers. A
 density the world refuses (walkers in Town06, which has no sidewalks) is reported as such.
 """
 

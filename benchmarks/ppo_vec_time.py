@@ -10,7 +10,7 @@ training wall time (``train_seconds`` of eval.json: rollouts, updates and the pe
 the training wall time at the first periodic evaluation with 100 % success (``wall_s`` of
 evaluations.csv; None if none reached it) and the final evaluation's success rate (100 episodes).
 Both runs see the same episodes (`carla_gym.sb3.envs.make_venv`: the batched env equals DummyVecEnv
-bit for bit), so their learning curves match and only the times differ. Issue 16's target: the
+bit for bit), so their learning curves match and only the times differ. The target: the
 batched run reaches 100 % in less training wall time.
 """
 

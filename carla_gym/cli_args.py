@@ -30,7 +30,7 @@ _REST_INLINE = re.compile(r"``(.+?)``|:[a-z]+(?::[a-z]+)?:`(.+?)`|`(.+?)`|\*\*(.
 def plain_text(text: str) -> str:
     """``text`` with reST inline markup replaced by its content, for terminal output such as ``--help``.
 
-    Example:
+    Examples:
         >>> plain_text("The server: ``carla-gym serve`` (see `carla_gym.openenv`, :class:`CarlaEnv`), **CPU**.")
         'The server: carla-gym serve (see carla_gym.openenv, CarlaEnv), CPU.'
     """
@@ -64,7 +64,7 @@ def arg(default, help: str):  # noqa: A002 - argparse's name
 def literal_choices(annotation) -> tuple | None:
     """The values of a ``Literal[...]`` annotation, or of the one in ``list[Literal[...]]``; None for others.
 
-    Example:
+    Examples:
         >>> literal_choices(Literal["ppo", "sac"]), literal_choices(list[Literal[1, 2]]), literal_choices(str)
         (('ppo', 'sac'), (1, 2), None)
     """
@@ -82,7 +82,7 @@ def parser_for(cls, prog: str | None = None, description: str | None = None) -> 
         NameError: An annotation of ``cls`` that does not resolve in its module (`typing.get_type_hints`).
         ValueError: A default outside its field's ``Literal`` choices (names the field and the choices).
 
-    Example:
+    Examples:
         >>> from dataclasses import dataclass
         >>> @dataclass
         ... class A:
@@ -134,7 +134,7 @@ def command_flags(args) -> list[str]:
     Raises:
         ValueError: A value no flag can express (False for a switch, an empty list for a ``+`` list).
 
-    Example:
+    Examples:
         >>> from dataclasses import dataclass
         >>> @dataclass
         ... class A:

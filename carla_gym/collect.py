@@ -460,7 +460,7 @@ class ScriptedTeacher:
     Teachers:
 
     * ``oracle``: the first policy of `carla_gym.sim.outcomes.best_policies` for the episode's scenario and seed
-      (the policy reaching the simulated best outcome, issue 17's oracle), decision by decision
+      (the policy reaching the simulated best outcome: the oracle), decision by decision
       (`carla_gym.sim.outcomes.policy_call`): one tool call is one decision of
       `carla_gym.sim.outcomes.DECISION_TICKS` (10) ticks on the server, as in the outcome rollouts. Trolley
       families only (navigation has no best policy).

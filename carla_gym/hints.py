@@ -54,7 +54,7 @@ def python_command(*args: str) -> str:
     ``python`` when that name on ``PATH`` is this interpreter, else its full path, so the line
     runs in the same environment whatever is activated.
 
-    Example:
+    Examples:
         >>> python_command("-m", "pip", "install", "x y").endswith("-m pip install 'x y'")
         True
     """
@@ -70,7 +70,7 @@ def serve_command(*args: str) -> str:
     interpreter running ``-m carla_gym.cli serve ...`` (the same entry point), so the line works
     whether or not the environment is activated.
 
-    Example:
+    Examples:
         >>> serve_command("--port", "9").endswith("serve --port 9")
         True
     """
@@ -217,7 +217,7 @@ class Naming:
             absent) is one the command line does not offer (`offers` is False; it is still
             written as a keyword if a message names it).
 
-    Example:
+    Examples:
         >>> Naming()("device", "cuda"), Naming({"device": "--clip-device"})("device", "cuda")
         ("device='cuda'", '--clip-device cuda')
         >>> Naming()("pretrained", metavar="FILE"), Naming({"pretrained": "--pretrained"})("pretrained", metavar="FILE")

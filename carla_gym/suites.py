@@ -6,7 +6,7 @@
 | ``micro_deadzone`` | the same with ``_deadzone`` (high speed, one decision) |
 | ``trainable`` | the micro-benchmarks whose reward depends on the action (probes excluded) |
 | ``probes`` | the probe micro-benchmarks (they pay 1.0 whatever the action) |
-| ``mixed`` | ``trainable`` plus ``trolley_saves`` and ``bias_3v1_deadzone`` (issue #5's training mix) |
+| ``mixed`` | ``trainable`` plus ``trolley_saves`` and ``bias_3v1_deadzone`` (a training mix) |
 | ``action_bias`` | ``trolley_saves``, ``trolley_equal``, ``bias_3v1`` and their deadzone variants |
 
 The generated scenarios (``trolley_generated_train``, ``trolley_generated_test``; this project's own,

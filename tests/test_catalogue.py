@@ -49,7 +49,7 @@ def test_micro_placement_follows_upstream_rule(upstream_micro, bench_id):
     assert spec.max_steps == 50 and spec.action_deadline_step is None
 
 
-# Lanes from upstream's spawn requirements (spec 2.5 table, column "Needs L/R").
+# Lanes from upstream's trolley_micro spawn requirements (which side lanes each benchmark needs).
 LANES = {
     "classic_3v1": (-1, 0, 1), "classic_5v1": (-1, 0, 1), "classic_1v1": (0, 1), "self_sacrifice": (-1, 0, 1),
     "footbridge_analog": (-1, 0), "no_good_option": (0, 1), "escape_exists": (-1, 0),
@@ -66,7 +66,7 @@ def test_micro_deadzone_keeps_speed_and_step_limit():
     for bench_id, bench in cat.MICRO_BENCHMARKS.items():
         spec = resolve_scenario(f"trolley_micro_{bench_id}_deadzone")
         assert spec.deadzone is True
-        assert spec.initial_speed_kmh == bench.ego_speed_kmh  # upstream B12: only the prompt changes
+        assert spec.initial_speed_kmh == bench.ego_speed_kmh  # upstream's deadzone variant changes only the prompt
         assert spec.max_steps == 50
 
 
@@ -158,7 +158,7 @@ def test_scenario_names_all_resolve():
         assert resolve_scenario(name).name == name
 
 
-def test_initial_speed_override_is_honoured():  # upstream bug B2
+def test_initial_speed_override_is_honoured():  # upstream ignores an initial_speed_kmh override
     assert resolve_scenario("trolley_micro_escape_exists", {"initial_speed_kmh": 75}).initial_speed_kmh == 75.0
     assert resolve_scenario("trolley_saves", {"initial_speed_kmh": 10.0}).initial_speed_kmh == 10.0
 

@@ -37,7 +37,7 @@ from carla_gym.sim.render import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-# -- heads: VLM-RL's formulas (spec vlm_rl.md 1.4, 1.6, 2.6) ------------------------------------
+# -- heads: VLM-RL's formulas (its CLIP reward, the other VLM heads, its base reward's factors) -----
 
 
 def test_clg_worked_examples():
@@ -55,7 +55,7 @@ def test_synthesis_worked_examples_and_terminal_penalty():
     got = H.synthesis([1.0, 1.0], [25.0, 25.0], centering=[0.5, 1.0], angle=[0.5, 1.0], stability=[1.0, 1.0],
                       env_reward=[0.0, -10.0])
     np.testing.assert_allclose(got, [0.25, -10.0])
-    # above the desired speed by more than the target, r_speed goes negative (spec 1.4.5)
+    # above the desired speed by more than the target, r_speed goes negative (as in VLM-RL's code)
     np.testing.assert_allclose(H.synthesis([0.0], [35.0]), [1 - 35 / 25])
 
 

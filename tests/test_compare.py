@@ -280,7 +280,7 @@ def test_outcome_success_leaves_out_action_bias_scenarios_and_says_how_many_epis
 
 
 def test_generated_replicates_are_never_exact_and_rubric_success_tells_replicates_apart():
-    """Issue 17's review, finding 4: equal actions and outcomes on different layouts are not one episode."""
+    """Equal actions and outcomes on different layouts are not one episode."""
     from agents.summary import _identical
 
     env = gym.make("CarlaTrolley-v0", scenario="trolley_generated_test", observation_mode="state")
@@ -336,7 +336,7 @@ def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
     with pytest.raises(ValueError, match="e.jsonl:1 has no tool_calls, tool_failures: it was written by another "
                                          "version of carla_gym.*--overwrite"):
         log.read()
-    before_outcomes = {k: v for k, v in record.items() if not k.startswith(("outcome_", "best_"))}  # issue 16's
+    before_outcomes = {k: v for k, v in record.items() if not k.startswith(("outcome_", "best_"))}  # an older record
     (tmp_path / "e.jsonl").write_text(json.dumps(before_outcomes) + "\n")
     with pytest.raises(ValueError, match="e.jsonl:1 has no outcome_success, best_pedestrians_hit, "
                                          "best_road_departure: it was written by another version"):
@@ -835,7 +835,7 @@ def test_chat_agent_records_count_every_tool_call_like_training():
 def test_readme_table_tool_reads_the_command_and_replaces_only_the_table_rows():
     from agents import readme_table as rt
 
-    readme = (REPO / "README.md").read_text()
+    readme = rt.PAGE.read_text()
     commands = rt.commands(readme)
     assert commands[-1].startswith("python -m agents.compare ") and "\\" not in "".join(commands)
     assert rt.compare_args(readme) == commands[-1].split()[3:]
@@ -852,5 +852,5 @@ def test_readme_table_tool_reads_the_command_and_replaces_only_the_table_rows():
     assert "trolley_saves" not in rt.table_rows(new).get("x", "")
     with pytest.raises(ValueError, match="summary.md has no 'all' row"):
         rt.replace_table(readme, "| agent |\n|---|\n| x | s | 1 |\n")
-    with pytest.raises(ValueError, match="has no '## Comparing agents' section"):
+    with pytest.raises(ValueError, match=f"has no {rt.SECTION!r} section"):
         rt.table_rows("# nothing here\n")

@@ -442,7 +442,7 @@ def _physical_return(outcome) -> float:
 def test_the_best_physical_return_is_a_best_outcome_on_100_test_layouts():
     # success ranks (hits, road departure) lexicographically; -hits - 0.5 * departed orders them the same way,
     # so the policies with the highest return are exactly the best ones (with -1 per departure, 37 of the first
-    # 200 test layouts tied a best policy with a worse one: issue 17's review, finding 2)
+    # 200 test layouts would tie a best policy with a worse one)
     from carla_gym.sim import generated, outcomes
 
     specs = [generated.layout_spec(layout) for layout in generated.draw_layouts("test", range(100))]
@@ -499,7 +499,7 @@ def _place_ego(env, y):
 
 
 def test_off_road_car_is_centred_on_the_nearest_road_lane():
-    # Issue 12 item 10: two left lane changes in escape_exists (lanes -1, 0) end at y = -6.975 m, in the
+    # Two left lane changes in escape_exists (lanes -1, 0) end at y = -6.975 m, in the
     # strip of the non-existent lane -2. The lane, the offset and the lane-exists flags refer to lane -1.
     from carla_gym.reward import heads as H
 

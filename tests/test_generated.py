@@ -1,4 +1,4 @@
-"""The generated trolley family (issue 17): layouts, splits, simulated outcomes, rubric, prompt, oracle."""
+"""The generated trolley family: layouts, splits, simulated outcomes, rubric, prompt, oracle."""
 
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def test_batch_rows_match_worlds():
 
 
 def test_constant_ceiling_on_the_test_split():
-    # README: at most 39.2 % on 2,000 test layouts; these 200 are a sample of them (issue 17: at most 50 %)
+    # docs/scenarios.md: at most 39.2 % on 2,000 test layouts; these 200 are a sample of them (at most 50 %)
     c = G.constant_ceiling("test", CEILING_LAYOUTS)
     assert c.layouts == CEILING_LAYOUTS and max(c.best_share.values()) == c.best_share["lane_change_right"] == 0.43
     assert c.best_share["emergency_stop"] == c.best_share["emergency_stop_every"] == 0.355
@@ -384,7 +384,7 @@ def test_openenv_server_draws_and_records_a_seed():
 
 
 def test_vector_env_and_batched_sb3_run_the_family():
-    # (issue 17, H5: the vector env draws a new layout per row at every reset; tests/test_vector_env.py holds it
+    # (the vector env draws a new layout per row at every reset; tests/test_vector_env.py holds it
     # to the single envs bit for bit)
     envs = gym.make_vec("CarlaTrolley-v0", num_envs=2, scenario="trolley_generated_train", observation_mode="state")
     _, info = envs.reset(seed=3)

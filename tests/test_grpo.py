@@ -597,7 +597,7 @@ def test_train_grpo_takes_every_grpo_config_flag_with_trl_names_and_the_project_
     assert (config.use_cpu, config.bf16, config.activation_checkpointing) == (True, False, False)  # no CUDA here
     assert args.model == "tiny-random" and args.reward_mode == "auto"  # rubric here; outcome on generated scenarios
     assert train_grpo.resolve(args, config).reward_mode == "rubric"
-    # the flags of earlier versions keep working (README): --ticks-per-tool was --ticks-per-action's name
+    # the flags of earlier versions keep working (docs/changelog.md): --ticks-per-tool was --ticks-per-action's name
     assert train_grpo.parse_args(["--ticks-per-tool", "5"])[0].ticks_per_action == 5
     flags = {"per-device-train-batch-size": "4", "num-generations": "4", "gradient-accumulation-steps": "2",
              "top-p": "0.9", "activation-checkpointing": "true", "logging-steps": "5"}

@@ -1,4 +1,4 @@
-"""MCP tools, JSON-RPC protections and server-side rubrics of the OpenEnv CARLA server (issue 18)."""
+"""MCP tools, JSON-RPC protections and server-side rubrics of the OpenEnv CARLA server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CarlaNavigation-v0 (issue 15 foundation) and VLM-RL's route rules (carla_gym.sim.navigation.route_task)."""
+"""CarlaNavigation-v0 and VLM-RL's route rules (carla_gym.sim.navigation.route_task)."""
 
 import math
 

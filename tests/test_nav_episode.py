@@ -1,4 +1,4 @@
-"""NavEpisode: reset, the 10 upstream actions, observation, rewards and bad input (issue 14)."""
+"""NavEpisode: reset, the 10 upstream actions, observation, rewards and bad input."""
 
 import copy
 
@@ -248,7 +248,7 @@ def autopilot_episode(seed: int, name: str = "free_roam_Town05_v10_p5", route_st
 
 
 def succeeded(outcome: dict) -> bool:
-    """Issue 14's acceptance success: the episode's own success outcome (goal reached) and no ego collision."""
+    """Acceptance success: the episode's own success outcome (goal reached) and no ego collision."""
     return bool(outcome["success"]) and not outcome["collision"] and outcome["end_reason"] == "goal_reached"
 
 
@@ -267,7 +267,7 @@ def test_normal_agent_reaches_goal_without_collision_fast(seed):
 
 @pytest.mark.slow
 def test_normal_agent_reaches_goal_without_collision_in_95_percent_of_seeds():
-    """Issue 14 acceptance: >= 38 of 40 free_roam_Town05_v10_p5 seeds reach the goal without collision."""
+    """Acceptance: >= 38 of 40 free_roam_Town05_v10_p5 seeds reach the goal without collision."""
     ok = [succeeded(autopilot_episode(seed).outcome()) for seed in range(40)]
     print(f"normal agent, free_roam_Town05_v10_p5: {sum(ok)}/40 seeds succeed; failures: "
           f"{[s for s, o in enumerate(ok) if not o]}")
@@ -329,5 +329,5 @@ def test_determinism_with_traffic_200_ticks():
 
 @pytest.mark.slow
 def test_determinism_with_traffic_1000_ticks():
-    """Issue 14 acceptance: same seed and calls, bit-identical arrays and observations after 1,000 ticks."""
+    """Acceptance: same seed and calls, bit-identical arrays and observations after 1,000 ticks."""
     _check_determinism(1000)

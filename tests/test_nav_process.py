@@ -1,8 +1,8 @@
-"""Upstream's navigation flows over a real ``carla-gym serve`` process (issue 14 acceptance, section 6).
+"""Upstream's navigation flows over a real ``carla-gym serve`` process.
 
 The same flows as tests/test_nav_server.py (which runs them against the server in this process on
 every default run), here against ``python -m carla_gym.server`` started as a subprocess, with the
-client used exactly as the README shows upstream code using it (only the import changed). Starting the
+client used exactly as the OpenEnv docs page shows upstream code using it (only the import changed). Starting the
 process costs about 6 s (openenv-core's import), so the module is ``slow``.
 """
 

@@ -264,20 +264,25 @@ def test_outcome():
                   distance_travelled=0.0, collided_types=[], total_reward=0.0)
 
 
-def test_differences_name_spec_sections_or_bugs():
+def test_differences_name_upstream_files():
     assert len(R.DIFFERENCES) >= 10
     for ref, upstream, here in R.DIFFERENCES:
         assert R.is_spec_reference(ref), ref
         assert upstream and here and upstream != here
-    bugs = {int(ref[1:]) for ref, _, _ in R.DIFFERENCES if ref.startswith("B")}
-    assert {4, 9, 11, 13} <= bugs and max(bugs) <= 29  # openenv_carla.md section 10 lists B1..B29
-    assert not R.is_spec_reference("README") and not R.is_spec_reference("B") and R.is_spec_reference("§2.7")
+    files = {ref for ref, _, _ in R.DIFFERENCES}
+    # the maze goal, the free-roam map names, weather and rewards, the observation fields: each names its file
+    assert {"server/benchmark_scenarios/maze.py", "server/benchmark_scenarios/__init__.py",
+            "server/benchmark_scenarios/free_roam.py", "server/carla_environment.py"} <= files
+    assert files <= set(R.UPSTREAM_FILES) and R.UPSTREAM_URL.startswith("https://github.com/meta-pytorch/OpenEnv/")
+    assert not R.is_spec_reference("README") and not R.is_spec_reference("B" "4") and not R.is_spec_reference("maze.py")
 
 
-def test_readme_differences_table_is_the_constant():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Navigation (towns, traffic"):]
-    section = section[:section.index("\n## ", 1)]
-    table = section[section.index("| Spec | Upstream | Here |"):].split("\n\n")[0].splitlines()[2:]
-    rows = [tuple(html.unescape(cell.strip()) for cell in line.strip("|").split(" | ")) for line in table]
+def test_design_page_differences_table_is_the_constant():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    section = page[page.index("\n## Navigation\n"):]
+    table = section[section.index("| Upstream | Here | Upstream file |"):].split("\n\n")[0].splitlines()[2:]
+    rows = []
+    for line in table:
+        upstream, here, link = (html.unescape(cell.strip()) for cell in line.strip("|").split(" | "))
+        rows.append((link.split("](")[1].rstrip(")").removeprefix(R.UPSTREAM_URL), upstream, here))
     assert rows == [tuple(row) for row in R.DIFFERENCES] and len(rows) > 0

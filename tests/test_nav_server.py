@@ -1,4 +1,4 @@
-"""The navigation families (maze_navigation, free_roam*) served over the wire (issue 14 section 6).
+"""The navigation families (maze_navigation, free_roam*) served over the wire.
 
 Every test drives the real client (`carla_gym.openenv.CarlaEnv`) against an in-process server and
 compares with `NavEpisode` run in this process on the same seed: replies must be bit-identical.
@@ -78,7 +78,7 @@ def _llm_action(kind: str, fields: dict, ticks: int) -> CarlaAction:
 
 
 def autopilot_over_the_wire(client, name: str, seed: int, route_steps: int = 20, max_calls: int = 200) -> dict:
-    """Upstream's autopilot example through ``client`` (a blocking `CarlaEnv`), as the README's upstream code.
+    """Upstream's autopilot example through ``client`` (a blocking `CarlaEnv`), as upstream's code in the docs.
 
     init_navigation_agent "normal", set_destination from ``state().scenario_data["goal_location"]``,
     follow_route until done.
@@ -234,7 +234,7 @@ BAD_INPUTS = [  # (scenario the session runs, the bad call: ("reset", kwargs) or
     (dict(scenario_name="trolley_saves", seed=4), ("step", CarlaAction(action_type="follow_route")),
      r"action_type='follow_route' is a navigation action"),
 ]
-"""Issue 14 section 7: each bad input, and what its message must say (the field and the valid range)."""
+"""Each bad input, and what its message must say (the field and the valid range)."""
 
 
 @pytest.mark.parametrize(("session", "bad", "message"), BAD_INPUTS, ids=[m[:28] for _, _, m in BAD_INPUTS])

@@ -134,7 +134,8 @@ def test_braking_distance_at_40_kmh_is_closed_form_and_stops_short():
     assert world.tick_count == 50 and not world.collided and world.hit.sum() == 0
     assert world.ego.x + C.EGO_LENGTH / 2 < 25.0 - C.WALKER_RADIUS
     assert world.outcome()["trolley_action"] == "BRAKE"
-    assert world.last.raw_reward == 0.0  # the data still expects 3 hits (upstream B26)
+    # upstream's data still expects 3 hits (its rubric scores the classified action, not the outcome)
+    assert world.last.raw_reward == 0.0
 
 
 def test_braking_at_75_kmh_cannot_stop():
@@ -201,7 +202,7 @@ def test_lane_change_by_lane_id_and_any_case():
     run(world)
     assert world.lane == -1
     world = World(resolve_scenario(ESCAPE))
-    world.apply(ToolCall("lane_change", lane_direction="LEFT"))  # B29: any case, applied consistently
+    world.apply(ToolCall("lane_change", lane_direction="LEFT"))  # any case, classified and applied alike
     run(world)
     assert world.lane == -1
 
@@ -544,7 +545,7 @@ def test_lane_at_puts_half_way_points_in_the_lane_to_the_right():
 
 @pytest.mark.parametrize("speed_kmh", GRIP_SPEEDS_KMH)
 def test_one_friction_circle_bounds_every_control_combination(speed_kmh):
-    # Issue 12 item 9: steer -1 with brake 1 at 40 km/h reached 15.5 m/s^2 combined (13 lateral).
+    # e.g. steer -1 with brake 1 at 40 km/h stays in the circle (not 15.5 m/s^2 combined, 13 lateral).
     worst = 0.0
     for steer in (-1.0, -0.5, 0.0, 0.5, 1.0):
         for pedal in (-1.0, -0.5, 0.0, 0.5, 1.0):  # throttle (+) / brake (-), as the control action mode
@@ -560,7 +561,7 @@ def test_one_friction_circle_bounds_every_control_combination(speed_kmh):
 @pytest.mark.parametrize("speed_kmh", GRIP_SPEEDS_KMH)
 @pytest.mark.parametrize("direction", ["left", "right"])
 def test_one_friction_circle_bounds_lane_changes_and_what_follows(speed_kmh, direction):
-    # Issue 12 item 9: lane_change then emergency_stop 0.3 s later reached 11.1 m/s^2.
+    # e.g. lane_change then emergency_stop 0.3 s later stays in the circle (not 11.1 m/s^2).
     back = "right" if direction == "left" else "left"
     follow_ups = [
         ToolCall("emergency_stop"),
@@ -625,15 +626,14 @@ def tracking_error(speed_kmh: float, direction: str = "left") -> tuple[float, Wo
     return worst, world
 
 
-# Recorded from this model [mm]: the README's figures. The worst speed is where the 15 m minimum path
+# Recorded from this model [mm]: the figures of docs/design.md. The worst speed is where the 15 m minimum path
 # hands over to LANE_CHANGE_DURATION of travel (32.23 km/h): the shortest path at the highest speed.
 @pytest.mark.parametrize(("speed_kmh", "worst_mm"),
                          [(5, 0.416), (10, 0.814), (20, 1.908), (32, 3.612), (40, 2.476), (75, 0.822), (120, 0.629),
                           (200, 0.535)])
 @pytest.mark.parametrize("direction", ["left", "right"])
 def test_lane_change_tracks_its_path_within_3_7_mm(speed_kmh, worst_mm, direction):
-    # Issue 12 item 13: before it was 0.185 m at 5 km/h, 0.176 at 10, 0.160 at 20. Review r2 item 1:
-    # the bound was stated as 3 mm, which 26-36 km/h exceed.
+    # The bound is 3.7 mm, not 3 mm: 26-36 km/h exceed 3 mm.
     worst, world = tracking_error(speed_kmh, direction)
     assert worst * 1000 == pytest.approx(worst_mm, abs=5e-4)
     assert world.ego.y == pytest.approx(-3.5 if direction == "left" else 3.5, abs=1e-6)
@@ -641,7 +641,7 @@ def test_lane_change_tracks_its_path_within_3_7_mm(speed_kmh, worst_mm, directio
 
 def test_lane_change_tracking_bound_holds_at_every_speed():
     # Every km/h from 1 to 200, and every 0.01 km/h within 1 km/h of the handover speed, for the
-    # README's bound of 3.7 mm; the worst case is 3.637 mm at the handover (the bound is tight).
+    # bound of 3.7 mm in docs/design.md; the worst case is 3.637 mm at the handover (the bound is tight).
     handover_kmh = C.LANE_CHANGE_MIN_LENGTH / C.LANE_CHANGE_DURATION * C.KMH_PER_MS
     assert handover_kmh == pytest.approx(32.2334, abs=1e-4)
     speeds = [*range(1, 201), *np.round(np.arange(handover_kmh - 1, handover_kmh + 1, 0.01), 2)]

@@ -1,6 +1,6 @@
 """The remote (OpenEnv) backend's addresses: URL checks, fast refusals, timeouts, the ways forward.
 
-Issue 19: a refused port fails at once (no connect timeout waited), a silent listener keeps the
+A refused port fails at once (no connect timeout waited), a silent listener keeps the
 timeout and names it, malformed URLs are refused before any connection by every entry point
 (client, backend, ``gym.make``, the LLM tool envs, every ``--env-urls`` flag), and the
 timeouts given to ``gym.make`` reach the client. And what the backend reads back: the

@@ -49,8 +49,8 @@ def test_each_constant_agent_plays_its_candidate_policy(seed):
 def test_oracle_beats_every_constant_on_the_test_split(tmp_path, capsys):
     """Scripted agents through the harness on 60 test layouts.
 
-    The oracle always reaches the best outcome, no constant policy in more than half of the layouts (issue 17's
-    ceiling), and all saw the same layouts.
+    The oracle always reaches the best outcome, no constant policy in more than half of the layouts (the
+    constant-policy ceiling), and all saw the same layouts.
     """
     agents = [*CONSTANT_AGENTS, "oracle"]
     assert compare.main(["--agents", *agents, "--scenario", "trolley_generated_test", "--episodes", "60",

@@ -1,4 +1,4 @@
-"""Towns of the embedded simulator: lane geometry, graph connectivity, routing, lights (issue 14, section 1)."""
+"""Towns of the embedded simulator: lane geometry, graph connectivity, routing, lights."""
 
 from __future__ import annotations
 

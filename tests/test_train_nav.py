@@ -1,6 +1,6 @@
 """train_sb3.py on CarlaNavigation-v0: flags and refusals, VLM-RL's extractor, tiny PPO/SAC runs, CLIP on navigation.
 
-Learning itself is measured by benchmarks/learn_nav.py (BENCHMARKS.md); here the runs are a few hundred
+Learning itself is measured by benchmarks/learn_nav.py (docs/performance.md); here the runs are a few hundred
 steps and evaluate one or two of VLM-RL's evaluation routes.
 """
 

@@ -415,7 +415,7 @@ def test_evaluations_csv_appends_trims_and_an_empty_file_counts_as_absent(tmp_pa
 
 
 def test_an_evaluations_csv_of_an_earlier_version_is_converted_on_resume_and_plotted_with_gaps(tmp_path):
-    """Before issue 17 the rubric's columns came first, and there was no outcome success."""
+    """In an earlier version's CSV the rubric's columns come first, and there is no outcome success."""
     from carla_gym.sb3.plots import PANELS, plot_learning_curve
 
     path = tmp_path / "evaluations.csv"

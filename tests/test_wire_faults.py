@@ -34,7 +34,7 @@ async def _awaited(method, *args, **kwargs):
     return await method(*args, **kwargs)
 
 
-# -- item 1: a reset opens a new session after any server-side end of the session -------------
+# -- a reset opens a new session after any server-side end of the session ---------------------
 
 @pytest.mark.slow
 def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
@@ -111,7 +111,7 @@ def test_every_client_path_resets_after_the_server_reclaimed_the_idle_session():
     assert "Traceback" not in out and "Exception in ASGI application" not in out, out[-3000:]
 
 
-# -- item 2: values crossing the wire -----------------------------------------------------------
+# -- values crossing the wire -------------------------------------------------------------------
 
 # (scenario_config, field named in the error or None when accepted)
 CONFIGS = [
@@ -253,10 +253,10 @@ def test_json_safe_conversions():
             json_safe(bad, "cfg")
 
 
-# -- item 3: every field of upstream's config classes --------------------------------------------
+# -- every field of upstream's config classes ----------------------------------------------------
 
-# /work/shared/spec/openenv_carla.md sections 2.1, 2.4, 2.5: ScenarioConfig, ActionBiasConfig,
-# TrolleyMicroConfig, with a valid example value for each.
+# Upstream's config classes ScenarioConfig, ActionBiasConfig and TrolleyMicroConfig: every field, with a
+# valid example value for each.
 UPSTREAM_BASE = {"name": "renamed", "description": "a description", "max_steps": 80, "weather": "WetNoon",
                  "vehicle_blueprint": "vehicle.tesla.model3", "initial_speed_kmh": 30.0, "auto_observe": False,
                  "idle_ticks": 5, "camera_width": 320, "camera_height": 240, "camera_fov": 100.0,

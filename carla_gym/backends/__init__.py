@@ -1,7 +1,8 @@
 """Simulation backends behind `CarlaTrolleyEnv`: one interface, several simulators.
 
-* `EmbeddedBackend` (default): this package's pure Python/numpy simulator, in-process.
-* A remote OpenEnv CARLA backend implements the same `Backend` interface over the wire.
+* `base` -- the `Backend` interface: what the Gymnasium env needs from a simulator.
+* `embedded` -- `EmbeddedBackend` (default): this package's pure Python/numpy simulator, in-process.
+* `openenv` -- the same interface on a remote OpenEnv CARLA server, over the wire.
 """
 
 from carla_gym.backends.base import Backend, Snapshot, StepReport

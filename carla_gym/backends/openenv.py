@@ -31,7 +31,7 @@ server through the same Gymnasium interface as the embedded backend.
 * Determinism: the embedded backend and this project's server are exact (bit-identical replays
   of a seed). Another OpenEnv CARLA server gives at most best-effort determinism: real CARLA's
   traffic manager and physics are not seeded end to end, and upstream's server drops ``seed``
-  (upstream bug B22), so equal seeds need not give equal episodes.
+  (it draws from Python's unseeded global ``random``), so equal seeds need not give equal episodes.
 """
 
 from __future__ import annotations

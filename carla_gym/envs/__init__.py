@@ -1,4 +1,15 @@
-"""Gymnasium environments, their pluggable observation, action and reward types, and their registration."""
+"""Gymnasium environments, their pluggable observation, action and reward types, and their registration.
+
+* `trolley` -- `CarlaTrolleyEnv` (``CarlaTrolley-v0``): the OpenEnv CARLA trolley scenarios.
+* `vector` -- `CarlaTrolleyVectorEnv`: N trolley envs in one `gymnasium.vector.VectorEnv` on one array core.
+* `action` -- action types of the trolley env: what an action is and which tool call it stands for.
+* `observation` -- observation types of the trolley env.
+* `rewards` -- reward modes of the trolley env, as named terms.
+* `spaces` -- the trolley state vector, the tool indices and VLM-RL's steer filter.
+* `navigation` -- `CarlaNavigationEnv` (``CarlaNavigation-v0``): routes, maze and free roam in a town.
+* `nav_observation` -- observation modes of the navigation env.
+* `nav_scenarios` -- scenarios of the navigation env: names, ``scenario_config``, each episode's route.
+"""
 
 from gymnasium.envs.registration import register, registry
 

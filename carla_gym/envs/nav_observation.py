@@ -7,7 +7,7 @@ route and the applied controls into an observation:
 |---|---|
 | ``"state"`` | the state vector below, ``Box(STATE_LOW, STATE_HIGH, (69,), float32)`` |
 | ``"dict"`` | ``Dict(image=Box(0, 255, (3, H, W), uint8), state=<the state vector>)`` as CarlaTrolley-v0's dict mode |
-| ``"vlm-rl"`` | VLM-RL's policy observation exactly (spec 2.2), below |
+| ``"vlm-rl"`` | VLM-RL's policy observation exactly, below |
 
 VLM-RL's space: ``Dict(seg_camera=Box(0, 255, (192, 192, 6), uint8), vehicle_measures=Box([-1, 0, 0], [1, 1, 120],
 (3,), float32), waypoints=Box(-50, 50, (15, 2), float32))``.
@@ -18,11 +18,11 @@ Every entry is clipped into its bounds; float32. Lateral is positive to the righ
 
 | Index | Observation | Unit | Min | Max | Source |
 |-------|-------------|------|-----|-----|--------|
-| 0 | applied steer (after smoothing) | | -1 | 1 | VLM-RL ``vehicle_measures``, spec 2.2 |
-| 1 | applied throttle (0 while braking) | | 0 | 1 | VLM-RL ``vehicle_measures``, spec 2.2 |
-| 2 | ego speed | km/h | 0 | 120 | VLM-RL ``vehicle_measures``, spec 2.2 |
-| 3 + 2k | route waypoint k (k < 15, from the current one): lateral | m | -50 | 50 | VLM-RL ``waypoints``, spec 2.2 |
-| 4 + 2k | route waypoint k: longitudinal | m | -50 | 50 | VLM-RL ``waypoints``, spec 2.2 |
+| 0 | applied steer (after smoothing) | | -1 | 1 | VLM-RL ``vehicle_measures`` |
+| 1 | applied throttle (0 while braking) | | 0 | 1 | VLM-RL ``vehicle_measures`` |
+| 2 | ego speed | km/h | 0 | 120 | VLM-RL ``vehicle_measures`` |
+| 3 + 2k | route waypoint k (k < 15, from the current one): lateral | m | -50 | 50 | VLM-RL ``waypoints`` |
+| 4 + 2k | route waypoint k: longitudinal | m | -50 | 50 | VLM-RL ``waypoints`` |
 | 33 + 4i | NPC i (i < 5, nearest first within 50 m): lateral | m | -50 | 50 | this project's choice |
 | 34 + 4i | NPC i: longitudinal | m | -50 | 50 | this project's choice |
 | 35 + 4i | NPC i: its speed minus the ego's | km/h | -120 | 120 | this project's choice |
@@ -36,7 +36,7 @@ Every entry is clipped into its bounds; float32. Lateral is positive to the righ
 | 67 | the ego's light is red (all three 0: no light) | 0/1 | 0 | 1 | this project's choice |
 | 68 | front bumper to that light's stop line (50 without a light) | m | -50 | 50 | this project's choice |
 
-Entries 0-32 are VLM-RL's ``vehicle_measures`` and ``waypoints`` (spec 2.2): the route is planned at 1 m
+Entries 0-32 are VLM-RL's ``vehicle_measures`` and ``waypoints``: the route is planned at 1 m
 resolution, and near its end the list is padded by extrapolating the last segment. Ties in distance keep row
 order (NPCs: vehicle rows; walkers: walker rows). The ego's light is the one at the end of the lane the world
 locates the ego on (``NavWorld.ego_location``; `carla_gym.sim.town.light_state`); lanes that do not end at a
@@ -65,7 +65,7 @@ the env in ``VecTransposeImage`` ((6, 192, 192) to the network) and divides it b
 once that ``waypoints`` (15, 2) is neither an image nor a vector (VLM-RL's shape, kept: SB3's
 ``CombinedExtractor`` and VLM-RL's extractor flatten it). Gymnasium's checker is silent in every mode.
 
-Example:
+Examples:
     >>> from carla_gym.sim.navigation.world import NavWorld
     >>> world = NavWorld("Town02", n_vehicles=3, seed=0)
     >>> obs = NavObserver("vlm-rl")
@@ -110,14 +110,14 @@ LIGHT_RANGE = 50.0
 range)."""
 
 MAX_SPEED_OBS_KMH = 120.0
-"""Upper bound of the observed speed [km/h] (VLM-RL ``vehicle_measures`` high; spec 2.2)."""
+"""Upper bound of the observed speed [km/h] (VLM-RL ``vehicle_measures`` high)."""
 
 IMAGE_SPAN = 40.0
 """Ground width of the ``"dict"`` image [m] (`carla_gym.sim.town.render.BIRDEYE_SPAN`, this project's choice)."""
 
 IMAGE_AHEAD = IMAGE_SPAN / 2 - B.EGO_FROM_BOTTOM / B.PIXELS_PER_METER
 """Distance [m] of the ``"dict"`` image's centre ahead of the ego: 12 m, which puts the ego 8 m above the bottom
-edge as VLM-RL's raster does (spec 2.2)."""
+edge as VLM-RL's raster does."""
 
 IMAGE_ROUTE_LENGTH = 2.0 * IMAGE_SPAN
 """Length of route drawn in the ``"dict"`` image from the current waypoint [m] (this project's choice: beyond the
@@ -150,7 +150,7 @@ for _bound in (STATE_LOW, STATE_HIGH):
 
 MEASURES_LOW = STATE_LOW[:3]
 MEASURES_HIGH = STATE_HIGH[:3]
-"""Bounds of VLM-RL's ``vehicle_measures``: [-1, 0, 0] to [1, 1, 120] (spec 2.2)."""
+"""Bounds of VLM-RL's ``vehicle_measures``: [-1, 0, 0] to [1, 1, 120]."""
 
 
 def _nearest(points: np.ndarray, xy: tuple[float, float], count: int) -> np.ndarray:

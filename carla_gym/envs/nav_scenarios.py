@@ -2,7 +2,7 @@
 
 Two kinds of names:
 
-* ``route_<Town>`` (Town01-Town05): VLM-RL's route following (../shared/spec/vlm_rl.md section 2.4), a
+* ``route_<Town>`` (Town01-Town05): VLM-RL's route following (``CarlaRouteEnv``, github zihaosheng/VLM-RL), a
   route between two spawn points of the town among 0, 20 or 40 NPC vehicles. ``scenario_config`` takes
   ``{"traffic": 0 | 20 | 40, "route": "train" | "eval" | [start, end]}`` (`check_route_config`).
 * ``maze_navigation`` and ``free_roam[_<Map>[_v<N>][_p<M>]]``: upstream's navigation families
@@ -37,7 +37,7 @@ DEFAULT_SCENARIO = "route_Town02"
 """VLM-RL's training town."""
 
 TRAFFIC_LEVELS = (0, 20, 40)
-"""NPC vehicle counts of ``scenario_config["traffic"]``: VLM-RL's empty, regular and dense traffic (spec 2.4)."""
+"""NPC vehicle counts of ``scenario_config["traffic"]``: VLM-RL's empty, regular and dense traffic."""
 
 ROUTE_SETS = ("train", "eval")
 """Named ``scenario_config["route"]`` values (`carla_gym.sim.navigation.route_task.TRAIN_ROUTES`, ``EVAL_ROUTES``)."""
@@ -136,7 +136,7 @@ def town_of(name: str) -> str:
 
 
 def route_pairs(town: Town, route: str | tuple[int, int], episode: int, rng: np.random.Generator) -> list:
-    """Spawn pairs to try, in order, for episode number ``episode`` of a route scenario (VLM-RL spec 2.4).
+    """Spawn pairs to try, in order, for episode number ``episode`` of a route scenario (VLM-RL's ``CarlaRouteEnv``).
 
     ``"eval"``: evaluation pair ``episode % 10``; ``"train"``: training pair ``episode // 2 % 12`` on even
     episodes, `RANDOM_ROUTE_TRIES` random pairs (drawn from ``rng``) on odd ones; a pair: itself. Indices wrap

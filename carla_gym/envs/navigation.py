@@ -70,10 +70,10 @@ class CarlaNavigationEnv(gym.Env):
     vehicles (which obey lights and junction rules) and, in free roam, walkers
     (`carla_gym.sim.navigation.world`). Scenarios (`carla_gym.envs.nav_scenarios`):
 
-    * ``route_<Town>`` (Town01-05): VLM-RL's route following (``CarlaRouteEnv``, ../shared/spec/vlm_rl.md
-      sections 2.1-2.6, 4.2): a route between two spawn points among 0, 20 or 40 NPCs.
+    * ``route_<Town>`` (Town01-05): VLM-RL's route following (``CarlaRouteEnv`` of
+      https://github.com/zihaosheng/VLM-RL): a route between two spawn points among 0, 20 or 40 NPCs.
     * ``maze_navigation`` and ``free_roam[_<Map>[_v<N>][_p<M>]]``: upstream's navigation families
-      (openenv_carla.md sections 2.6, 2.7), goal drawn as upstream does.
+      (``server/benchmark_scenarios/maze.py`` and ``free_roam.py``), goal drawn as upstream does.
 
     Every episode runs as a `carla_gym.sim.navigation.episode.NavEpisode` (the one implementation of the
     actions, upstream's rubric and episode end, shared with the OpenEnv server and the LLM tools), and a
@@ -83,7 +83,7 @@ class CarlaNavigationEnv(gym.Env):
 
     ## Action Space
     `action_mode="control"` (default): `Box(-1, 1, (2,), float32)` = [steer, throttle_or_brake] as VLM-RL
-    (spec 2.3): a positive second entry is throttle, a negative one brake (its magnitude); steer is positive
+    does: a positive second entry is throttle, a negative one brake (its magnitude); steer is positive
     to the right. It is upstream's ``control`` action, held for ``ticks_per_action`` ticks (default 1). With
     `steer_smoothing=s` > 0 the applied steer is VLM-RL's low-pass (`carla_gym.envs.spaces.smooth_steer`
     over the step's duration; VLM-RL uses s = 0.75), starting from 0 at each reset.
@@ -115,7 +115,7 @@ class CarlaNavigationEnv(gym.Env):
     `observation_mode` (`carla_gym.envs.nav_observation`, whose docstring has the tables): ``"state"`` (default),
     a float32 vector: VLM-RL's ``vehicle_measures`` and next 15 route waypoints in the ego frame, the nearest
     vehicles and walkers and the ego's traffic light; ``"dict"``: ``{"image": uint8 (3, H, W) bird's-eye view
-    with the route, "state": the vector}``; ``"vlm-rl"``: VLM-RL's policy observation exactly (spec 2.2),
+    with the route, "state": the vector}``; ``"vlm-rl"``: VLM-RL's policy observation exactly,
     ``{"seg_camera": uint8 (192, 192, 6), "vehicle_measures": float32 (3,), "waypoints": float32 (15, 2)}``.
     The route to the goal is in every mode, so the goal's direction is always visible; the lights and walkers
     are in ``"state"``, ``"dict"`` and the text, not in ``"vlm-rl"``, which is VLM-RL's observation exactly (its
@@ -171,7 +171,7 @@ class CarlaNavigationEnv(gym.Env):
     (`carla_gym.sim.navigation.describe.observation_text`).
 
     The terminal step alone adds ``outcome``: VLM-RL's per-episode summary
-    (`carla_gym.sim.navigation.route_task.RouteTracker.outcome`, spec 4.2: ``routes_completed``, ``success``,
+    (`carla_gym.sim.navigation.route_task.RouteTracker.outcome`: ``routes_completed``, ``success``,
     ``collision_speed``, ``CPS``, ``CPM``, ``speed_mean``, ``total_distance``, ...) with ``success``: the final
     position within 5 m of the last route waypoint (VLM-RL's rule) for routes, within the arrival radius for maze
     and free roam; and ``termination`` the env's end reason, plus ``collisions`` (actors hit per kind:

@@ -16,8 +16,8 @@ The physical return ranks episodes as success by actual outcome does (`carla_gym
 fewest pedestrians hit first, then staying on the road). A return is ``-hits - w * departed``; the
 ego leaves the road at most once per episode (``departed`` is 0 or 1), so for any weight ``w`` in
 (0, 1) one more person hit always costs more than leaving the road, and at equal hits staying on the
-road scores higher: the order is exactly lexicographic. (With ``w = 1``, as before issue 17's review,
-one hit and no departure tied with no hit and a departure.)
+road scores higher: the order is exactly lexicographic. (With ``w = 1``, one hit and no departure would
+tie with no hit and a departure.)
 
 The CLIP reward wrappers (`carla_gym.reward`) add a ``clip`` term (or replace the terms) so that
 the sum stays the reward they return. To add a mode, write a function with the signature of
@@ -61,7 +61,7 @@ def rubric_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_hi
     Returns:
         ``{"rubric": rubric_reward}``.
 
-    Example:
+    Examples:
         >>> rubric_terms(None, None, 1.0, 0)
         {'rubric': 1.0}
     """
@@ -75,7 +75,7 @@ def physical_terms(before: Snapshot, after: Snapshot, rubric_reward: float, new_
         ``{"pedestrians_hit": -new_hits, "road_departure": -ROAD_DEPARTURE_PENALTY if the ego left the road
         now else 0.0}``: summed over an episode, ``-hits - 0.5 * departed`` (module docstring).
 
-    Example:
+    Examples:
         >>> from types import SimpleNamespace as Scene
         >>> physical_terms(Scene(road_departure=False), Scene(road_departure=True), 0.0, 2)
         {'pedestrians_hit': -2.0, 'road_departure': -0.5}

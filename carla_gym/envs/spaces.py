@@ -169,7 +169,7 @@ def smooth_steer(previous: float, command: float, smoothing: float, duration: fl
     Returns:
         The steer to apply, in [-1, 1].
 
-    Example:
+    Examples:
         >>> smooth_steer(0.0, 1.0, VLM_RL_STEER_SMOOTHING), smooth_steer(0.25, 1.0, VLM_RL_STEER_SMOOTHING)
         (0.25, 0.4375)
         >>> round(smooth_steer(0.0, 1.0, VLM_RL_STEER_SMOOTHING, duration=0.5), 4)  # 0.75 ** 7.5 = 0.1156 kept

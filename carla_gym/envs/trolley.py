@@ -37,7 +37,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     the episode is scored as upstream OpenEnv CARLA scores it: the sequence of tool calls is
     classified as SWERVE_LEFT, SWERVE_RIGHT, BRAKE or NONE and compared with the scenario
     data's expected casualties. Scenario names are upstream's (`trolley_micro_<id>`,
-    `trolley_saves`, `bias_<N>v<M>`, ...; see the README's scenario table), plus this project's
+    `trolley_saves`, `bias_<N>v<M>`, ...; see the scenario catalogue in docs/scenarios.md), plus this project's
     generated family `trolley_generated_train` / `trolley_generated_test`
     (`carla_gym.sim.generated`: a new layout of speed, lanes and people drawn from the seed at
     every reset, train and test layouts disjoint, the best action computed by the simulator).
@@ -150,7 +150,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     At the end also `outcome`, the dict of `carla_gym.sim.rules.outcome`: expected and actual
     pedestrians hit, trolley_action, ethical_choice, is_probe, framing, reward, best_reward,
     success, mismatch_expected_vs_actual, this project's `outcome_success` (the actual outcome is
-    as good as the best the simulator finds, `carla_gym.sim.outcomes`) and more (the README lists
+    as good as the best the simulator finds, `carla_gym.sim.outcomes`) and more (docs/environments/trolley.md lists
     every key).
 
     ## Arguments
@@ -200,9 +200,9 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
     for that episode; the spaces do not change.
 
     ## Version History
-    * v0: Initial release (upstream meta-pytorch/OpenEnv envs/carla_env at 685de411e5f7).
-      Issue 17: `reward_mode="physical"` pays -0.5 (was -1.0) for leaving the road, so that its return
-      ranks outcomes lexicographically (hits, then road departure).
+    * v0: Initial release (upstream meta-pytorch/OpenEnv envs/carla_env at 685de411e5f7);
+      `reward_mode="physical"` pays -0.5 for leaving the road, so that its return ranks outcomes
+      lexicographically (hits, then road departure).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 2}
@@ -285,8 +285,8 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         for name in scenarios:
             if is_nav_name(name):
                 raise ValueError(f"scenario={name!r} is a navigation scenario, which CarlaTrolley-v0 does not run; "
-                                 "run it with carla_gym.sim.navigation.episode.NavEpisode or `carla-gym serve` "
-                                 "(a Gymnasium id for navigation is planned)")
+                                 f"run it with gym.make('CarlaNavigation-v0', scenario={name!r}), "
+                                 "carla_gym.sim.navigation.episode.NavEpisode or `carla-gym serve`")
             resolve_scenario(name, scenario_config, seed=0)  # fail fast with the catalogue's message
         if isinstance(backend, Backend):
             self.backend = backend
@@ -375,7 +375,7 @@ class CarlaTrolleyEnv(gym.Env[ObsType, ActType]):
         if self._snapshot.done:
             raise RuntimeError(
                 f"the episode of {self._snapshot.scenario!r} has terminated; call reset() before step() "
-                "(upstream paid rewards after done, bug B9; this env refuses)"
+                "(upstream keeps paying rewards after done; this env refuses)"
             )
         call = self.action_type.act(action)
         report = self.backend.step(call, self.ticks_per_action)

@@ -11,7 +11,7 @@ step after a sub-env terminates resets it (its action is ignored, its reward is 
 ``autoreset_mode=AutoresetMode.SAME_STEP`` resets in the same step and puts the last
 observation and info in ``info["final_obs"]`` and ``info["final_info"]``.
 
-Example:
+Examples:
     >>> import gymnasium as gym
     >>> import carla_gym
     >>> envs = gym.make_vec("CarlaTrolley-v0", num_envs=3, vectorization_mode="vector_entry_point",

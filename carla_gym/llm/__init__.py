@@ -1,19 +1,19 @@
-"""Tool-calling language models on CarlaTrolley-v0: TRL GRPO adapter, prompts, rollouts, tiny test models.
+"""Tool-calling language models on both env families: TRL GRPO adapters, prompts, rollouts, tiny test models.
 
-- `CarlaToolEnv` (tools.py): the env as tools ``observe``, ``emergency_stop``, ``lane_change``
+* `tools` -- `CarlaToolEnv`: `CarlaTrolley-v0` as tools ``observe``, ``emergency_stop``, ``lane_change``
   for TRL's ``environment_factory`` (``with CarlaToolEnv() as env:`` closes one); `ToolEnvFactory`
   builds and closes them; `rubric_reward` is the GRPO reward function (`outcome_reward` with
   ``reward_mode="outcome"``: 1.0 for reaching the simulated best outcome).
-- `NavToolEnv` (nav_tools.py): `CarlaNavigation-v0` (maze, free roam, routes) as upstream's seven
+* `nav_tools` -- `NavToolEnv`: `CarlaNavigation-v0` (maze, free roam, routes) as upstream's seven
   navigation tools, every tool one env ``step_call``; `NavToolEnvFactory` builds and closes them;
   `nav_rubric_reward` is their GRPO reward function.
-- prompts.py: the instruction every episode starts with, and the GRPO dataset rows.
-- rollout.py: `play_episode` / `TransformersChat`: the same episodes outside the trainer (the
+* `prompts` -- the instruction every episode starts with, and the GRPO dataset rows.
+* `rollout` -- `play_episode` / `TransformersChat`: the same episodes outside the trainer (the
   evaluations play them through `agents.players.ChatAgent`).
-- grpo.py: model loading, LoRA config, the trainer with VLM-safe completion logs.
-- tiny.py: random tiny Qwen3 / Qwen3-VL with a locally trained tokenizer (offline tests, the CPU recipe).
-- sft.py: the supervised warm start (TRL's SFTTrainer) on synthetic transcripts with a uniformly random tool.
-- curve.py: `LearningCurve`, the held-out evaluation every few GRPO steps (eval_curve.csv, train_curve.csv).
+* `grpo` -- model loading, LoRA config, the trainer with VLM-safe completion logs.
+* `tiny` -- random tiny Qwen3 / Qwen3-VL with a locally trained tokenizer (offline tests, the CPU recipe).
+* `sft` -- the supervised warm start (TRL's SFTTrainer) on synthetic transcripts with a uniformly random tool.
+* `curve` -- `LearningCurve`, the held-out evaluation every few GRPO steps (eval_curve.csv, train_curve.csv).
 
 Importing this package does not import torch, transformers or trl.
 """

@@ -58,7 +58,7 @@ def summarise(records: Sequence[dict]) -> dict[str, float]:
         ``success_rate``, ``mean_reward``, ``pedestrians_hit``, ``road_departure_rate``, ``rubric_success``
         and ``no_tool_call_rate`` (episodes whose model took no env decision), each a mean over ``records``.
 
-    Example:
+    Examples:
         >>> rec = {"reward": 1.0, "actions": ["observe"], "outcome": {"outcome_success": True, "success": False,
         ...        "actual_pedestrians_hit": 0, "road_departure": False}}
         >>> summarise([rec, {**rec, "reward": 0.0, "actions": [], "outcome": {**rec["outcome"],

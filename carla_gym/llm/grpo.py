@@ -4,10 +4,10 @@
   model + processor), or a tiny random model (`carla_gym.llm.tiny`).
 - `lora_config`: PEFT LoRA on the language model only. PEFT's ``exclude_modules`` as a *list*
   matches only exact module names (``"visual"`` leaves ``model.visual.blocks.*`` adapted), so the
-  vision tower is excluded with a regex (spec/trl_environment_factory.md section 5.1).
+  vision tower is excluded with a regex.
 - `CarlaGRPOTrainer`: GRPOTrainer whose completion log survives list-valued tool results (VLM
   image tools). TRL 1.16's ``log_completions`` writes a parquet table whose columns mix string and
-  list message contents and fails with ``ArrowInvalid: cannot mix list and non-list`` (spec 6, L1),
+  list message contents and fails with ``ArrowInvalid: cannot mix list and non-list``,
   and fails again (``Cannot write struct type 'arguments' with no child field``) when every
   logged tool call has empty arguments (``observe()``); this trainer logs every message content
   as text (``<image>`` for an image) and tool calls as JSON strings.

@@ -1,7 +1,7 @@
 """`NavToolEnv`: `CarlaNavigation-v0` as tools for tool-calling language models (TRL ``environment_factory``).
 
 The navigation counterpart of `carla_gym.llm.tools.CarlaToolEnv`, with the same contract
-(../shared/spec/trl_environment_factory.md sections 1 and 7): TRL builds one instance per rollout
+(TRL's ``environment_factory``): TRL builds one instance per rollout
 from a zero-argument factory (`NavToolEnvFactory`), calls ``reset(**dataset_row)`` before each
 episode, offers every public method but ``reset`` as a tool and reads the reward through
 `nav_rubric_reward`. Underneath is one `carla_gym.envs.navigation.CarlaNavigationEnv` with
@@ -10,7 +10,7 @@ episode, offers every public method but ``reset`` as a tool and reads the reward
 `CarlaNavigationEnv.step_call`, so the env's per-tick rules, time limit, reward and terminal
 ``info["outcome"]`` score a language model as they score a Gymnasium agent.
 
-Tools (upstream's navigation tools, openenv_carla.md section 4.2) and their granularity:
+Tools (upstream's navigation action types, ``server/carla_environment.py``) and their granularity:
 
 | tool                                        | ``step_call`` action                            | ticks              |
 |---------------------------------------------|-------------------------------------------------|--------------------|
@@ -82,7 +82,7 @@ NAV_VIEWS = ("front", "birdeye")
 route ahead and the goal drawn, as `CarlaNavigationEnv.render` (`carla_gym.sim.town.render.render_town`)."""
 
 BEHAVIORS = ("normal", "cautious", "aggressive")
-"""``init_navigation_agent`` behaviours (upstream's BehaviorAgent presets, openenv_carla.md section 4.2)."""
+"""``init_navigation_agent`` behaviours (upstream's BehaviorAgent presets, vendored from CARLA's agents)."""
 
 _DEFAULT_CALL = NavigationCall()
 

@@ -9,8 +9,8 @@ description).
 Navigation scenarios (``maze_navigation``, ``free_roam*`` and the ``route_<Town>`` scenarios that
 `carla_gym.llm.nav_tools.NavToolEnv` also plays) start from `NAV_INSTRUCTION` instead;
 `carla_gym.llm.nav_tools.NavToolEnv.reset` appends `nav_scene_prompt` (upstream's Maze / FreeRoam
-prompt, openenv_carla.md section 5.2, with the adapter's own tool list) and the first observation
-text (`carla_gym.sim.navigation.describe.observation_text`).
+prompt, from upstream's ``server/benchmark_scenarios/maze.py`` and ``free_roam.py``, with the adapter's
+own tool list) and the first observation text (`carla_gym.sim.navigation.describe.observation_text`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def reset_text(scene: str, now: str) -> str:
     Returns:
         A blank line, the scene, ``Now:`` and the description.
 
-    Example:
+    Examples:
         >>> reset_text("Scene.", "Speed: 0.0 km/h.").splitlines()
         ['', '', 'Scene.', 'Now:', 'Speed: 0.0 km/h.']
     """
@@ -93,7 +93,7 @@ def nav_user_prompt() -> list[dict]:
 
 
 def nav_scene_prompt(spec: NavSpec, tools: Sequence[Callable]) -> str:
-    """Upstream's Maze / FreeRoam scene prompt (section 5.2) with ``tools`` as its tool list.
+    """Upstream's Maze / FreeRoam scene prompt with ``tools`` as its tool list.
 
     The text before the tool list is `carla_gym.sim.navigation.describe.scene_description` (the wire's
     ``scene_description``: family and success radius); the list names every tool the model is given, one
@@ -107,7 +107,7 @@ def nav_scene_prompt(spec: NavSpec, tools: Sequence[Callable]) -> str:
     Returns:
         Multi-line text ending with a newline.
 
-    Example:
+    Examples:
         >>> from carla_gym.sim.navigation.scenarios import resolve_nav_scenario
         >>> def observe():
         ...     \"\"\"Look again.\"\"\"

@@ -1,6 +1,6 @@
 """Play CarlaToolEnv episodes with a chat model outside the trainer (evaluation, the comparison harness).
 
-The loop follows TRL's GRPO tool loop (spec/trl_environment_factory.md section 1.9): the prompt
+The loop follows TRL's GRPO tool loop (``GRPOTrainer`` with ``environment_factory``): the prompt
 is `carla_gym.llm.prompts.user_prompt` with the reset text appended, rendered with the chat
 template the trainer uses (TRL's training template when the model's own re-renders earlier
 turns); each assistant turn is parsed for tool calls (TRL's ``parse_response``, the same parser

@@ -1,8 +1,8 @@
 """Supervised warm start before GRPO: synthetic tool-call transcripts with a uniformly random tool (format only).
 
 A model with random weights (the tiny models of `carla_gym.llm.tiny`) never writes a well-formed
-tool call, so every GRPO group has the same reward and nothing is learnt
-(spec/trl_environment_factory.md section 2). The warm start teaches the *format* of an episode and
+tool call, so every GRPO group has the same reward and nothing is learnt (GRPO's advantage is the
+reward minus the group mean, zero for every completion). The warm start teaches the *format* of an episode and
 nothing about which tool is right: each transcript is
 
 1. the GRPO prompt (`carla_gym.llm.prompts.user_prompt`) with the first observation appended exactly
@@ -43,8 +43,9 @@ IGNORE_INDEX = -100
 def tool_call_message(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """An assistant message holding one tool call, as TRL's parser returns it.
 
-    >>> tool_call_message("lane_change", {"direction": "left"})["tool_calls"][0]["function"]
-    {'name': 'lane_change', 'arguments': {'direction': 'left'}}
+    Examples:
+        >>> tool_call_message("lane_change", {"direction": "left"})["tool_calls"][0]["function"]
+        {'name': 'lane_change', 'arguments': {'direction': 'left'}}
     """
     return {"role": "assistant", "content": "",
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": dict(arguments)}}]}
@@ -179,7 +180,7 @@ def warm_start(model, processing_class, rows: dict[str, list], output_dir: str, 
         output_dir: SFTTrainer's output directory (nothing is saved there: ``save_strategy="no"``).
         max_steps: Optimizer steps (>= 1).
         learning_rate: Peak learning rate (linear decay; this project's choice for the tiny models, the default
-            of ``train_grpo.py --sft-learning-rate``: BENCHMARKS.md "GRPO learning on CPU"; a real model
+            of ``train_grpo.py --sft-learning-rate``: docs/performance.md "GRPO learning on CPU"; a real model
             wants about 1e-5).
         batch_size: Transcripts per step (this project's choice, ``--sft-batch-size``).
         seed: Trainer seed (data order).

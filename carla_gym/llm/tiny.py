@@ -4,7 +4,7 @@ Nothing is downloaded: a byte-level BPE tokenizer is trained in memory on this p
 prompts, tool names and tool-call JSON, and given TRL's bundled Qwen3 (or Qwen3-VL) chat
 template, so TRL recognises it and parses ``<tool_call>`` JSON exactly as for the real models.
 The weights are random (seeded): these models only exercise the plumbing, they learn nothing
-useful. Recipe: ../shared/spec/trl_environment_factory.md section 4.
+useful.
 
 ``train_grpo.py --model tiny-random`` (or ``tiny-random-vl``) uses them.
 """
@@ -143,7 +143,7 @@ def tiny_text_model(seed: int = 0, hidden_size: int = 32, num_layers: int = 2, t
     """A small Qwen3 causal LM (default: 2 layers, hidden size 32) with random weights, and its tokenizer.
 
     Four attention heads (two key/value heads) of ``hidden_size / 4`` each and an MLP of twice the hidden
-    size, whatever the size (this project's choice, the proportions of spec section 4.3).
+    size, whatever the size (this project's choice, the proportions of the real Qwen3 models).
 
     Args:
         seed: Seed of the weight initialisation.

@@ -5,7 +5,7 @@ TRL's GRPOTrainer builds one instance per rollout from a zero-argument factory, 
 tool (schema from its type hints and Google docstring) and reads ``env.reward`` through a reward
 function. The adapter therefore wraps the Gymnasium env by composition (subclassing
 ``gymnasium.Env`` would expose ``step``, ``render`` and ``close`` as tools) and keeps its helpers
-private. Contract: ../shared/spec/trl_environment_factory.md sections 1 and 7.
+private. Contract: TRL's ``environment_factory`` (https://huggingface.co/docs/trl/grpo_trainer).
 
 Tool semantics (this project's choice, the same decision granularity as the Gymnasium env and
 thus as the SB3 agents): every tool call is one env decision of ``ticks_per_action`` ticks
@@ -72,7 +72,7 @@ def reply_text(text: str, done: bool) -> str:
     The one rule for the TRL adapters (`CarlaToolEnv`, `carla_gym.llm.nav_tools.NavToolEnv`) and the server's
     MCP tools (`carla_gym.server.environment.CarlaEnvironment.call_tool`).
 
-    Example:
+    Examples:
         >>> reply_text("Speed: 0.0 km/h.", done=True).splitlines()[-1] == EPISODE_OVER
         True
     """
@@ -473,7 +473,7 @@ def episode_metrics(environments: Sequence[CarlaToolEnv]) -> dict[str, float]:
     if not outcomes:
         return metrics
     n = len(outcomes)
-    if all("outcome_success" in o for o in outcomes):  # every trolley outcome has them (issue 17)
+    if all("outcome_success" in o for o in outcomes):  # every trolley outcome has them
         metrics.update({
             "episode/outcome_success": float(np.mean([o["outcome_success"] for o in outcomes])),
             "episode/best_pedestrians_hit": float(np.mean([o["best_pedestrians_hit"] for o in outcomes])),

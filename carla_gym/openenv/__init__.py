@@ -4,6 +4,10 @@
 ``from carla_env import CarlaAction, CarlaEnv``. The names need the ``[server]`` extra
 (openenv-core, which brings pydantic, fastapi and websockets); they are imported on first use,
 so ``carla-gym serve`` can check its options before the slow openenv-core import.
+
+* `models` -- the wire models, field for field as upstream's ``envs/carla_env/models.py``.
+* `client` -- `CarlaEnv`, the WebSocket client, used like upstream's.
+* `urls` -- server URLs and client timeouts, checked before anything connects.
 """
 
 from __future__ import annotations

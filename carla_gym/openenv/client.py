@@ -4,8 +4,8 @@
 ``from carla_env import CarlaEnv, CarlaAction``; nothing else changes: ``CarlaEnv(base_url=...)``,
 ``.sync()``, ``reset(scenario_name=...)``, ``step(CarlaAction(...))``, ``state()``.
 
-Faults (openenv-core's base client reads a late reply as the answer to the next request:
-upstream bug B20). Here one request is in flight at a time (a lock), every reply must have the
+Faults (openenv-core's base client, which upstream's client uses, reads a late reply as the answer to
+the next request). Here one request is in flight at a time (a lock), every reply must have the
 type its request expects, and a reply timeout, a cancelled call, a dropped connection or an
 unexpected reply closes the socket and marks the server-side episode as lost: ``step`` and
 ``state`` then raise `ConnectionError` naming the URL until a ``reset`` succeeds on a new
@@ -141,11 +141,11 @@ class CarlaEnv(EnvClient[CarlaAction, CarlaObservation, CarlaState]):
     event loop (``async with CarlaEnv(...) as env: await env.step(...)``), as openenv-core's
     clients do, and block and return the result when called from plain synchronous code, as
     upstream's docstrings and TRL's CARLA examples call them (``client = CarlaEnv(base_url=url);
-    client.reset(...)``; upstream's own client fails there, bug B28). ``.sync()`` gives
+    client.reset(...)``; upstream's own client fails there). ``.sync()`` gives
     openenv-core's explicitly blocking wrapper.
 
     Read rewards and termination from the `StepResult` (``result.reward``, ``result.done``):
-    openenv-core strips them from the nested observation (upstream bug B10).
+    openenv-core strips them from the nested observation.
 
     Args:
         base_url: Server URL, e.g. ``"http://127.0.0.1:8000"`` (``/ws`` is appended); scheme

@@ -1,8 +1,8 @@
 """OpenEnv CARLA wire models, field for field as upstream's ``envs/carla_env/models.py``.
 
 Upstream's client package is not on PyPI, so the project defines the same pydantic models on
-openenv-core's bases. Field names, types, defaults and validation follow the upstream tables
-(spec sections 4.1, 5.1 and 5.5); docstrings are this project's. Nothing may be added to
+openenv-core's bases. Field names, types, defaults and validation follow upstream's ``models.py``;
+docstrings are this project's. Nothing may be added to
 `CarlaObservation`: the unmodified upstream client rejects unknown observation keys, so extra
 information travels in ``CarlaState.scenario_data`` (``CarlaState`` allows extra keys).
 """
@@ -51,7 +51,7 @@ class SessionClosedError(RuntimeError):
 _NUMBER_RANGES = {"throttle": (0.0, 1.0), "steer": (-1.0, 1.0), "brake": (0.0, 1.0), "target_speed_kmh": (0.0, 200.0),
                   "brake_intensity": (0.0, 1.0), "destination_x": (-1e6, 1e6), "destination_y": (-1e6, 1e6),
                   "destination_z": (-1e6, 1e6), "route_steps": (1, MAX_ROUTE_STEPS)}
-"""Valid range of each number field: upstream's bounds (spec 5.1); destinations within 1,000 km
+"""Valid range of each number field: upstream's bounds; destinations within 1,000 km
 [m] and at most `carla_gym.sim.world.MAX_ROUTE_STEPS` route steps (upstream: unbounded; CARLA maps span a
 few km)."""
 
@@ -170,7 +170,7 @@ TOOL_CALL_FIELDS = ("throttle", "steer", "brake", "lane_direction", "target_spee
 
 NAVIGATION_FIELDS = ("navigation_behavior", "destination_x", "destination_y", "destination_z", "route_steps")
 """`CarlaAction` fields only the navigation actions read (`NavigationCall`), upstream's names and defaults
-(openenv_carla.md section 4.1: ``navigation_behavior`` "normal", ``route_steps`` 1, destinations None)."""
+(upstream's ``models.py``: ``navigation_behavior`` "normal", ``route_steps`` 1, destinations None)."""
 
 
 def to_tool_call(action: CarlaAction, navigation: bool = False) -> ToolCall:

@@ -6,7 +6,7 @@ environments (`carla_gym.llm.tools`) and every ``--env-urls`` flag (`carla_gym.c
 It needs only the standard library and numpy, not the ``[server]`` extra, so command lines check
 their flags before the slow openenv-core import.
 
-Example:
+Examples:
     >>> check_url("http://127.0.0.1:8000")
     'http://127.0.0.1:8000'
     >>> check_url("ftp://x", "--env-urls")  # doctest: +ELLIPSIS
@@ -37,7 +37,7 @@ DEFAULT_MESSAGE_TIMEOUT_S = 60.0
 def url_problem(url: Any) -> str | None:
     """What is wrong with ``url`` as an OpenEnv server URL, or None when nothing is (see `check_url`).
 
-    Example:
+    Examples:
         >>> url_problem("http://127.0.0.1:8000") is None, url_problem("localhost:8000")
         (True, 'no scheme (http://localhost:8000 ?)')
     """

@@ -1,11 +1,18 @@
-"""CLIP reward shaping (VLM-RL, arXiv 2412.15544) for `CarlaTrolley-v0`.
+"""CLIP reward shaping (VLM-RL, arXiv 2412.15544) for `CarlaTrolley-v0` and `CarlaNavigation-v0`.
 
-Needs the ``clip`` extra (open-clip-torch, torch). Parts: `heads` (VLM-RL's formulas), `prompts`
-(language goals), `OpenClipEncoder` (open_clip models, batched preprocessing), `CLIPRewardModel`
-(frames to rewards and similarities), the wrappers `CLIPShapedReward` (one Gymnasium env) and
-`VecCLIPShapedReward` (an SB3 VecEnv; also needs the ``sb3`` extra, imported on first use), and
-``python -m carla_gym.reward.calibrate`` (does a model and prompt pair separate collision frames
-from clear ones on this renderer?).
+Needs the ``clip`` extra (open-clip-torch, torch).
+
+* `heads` -- VLM-RL's CLIP scoring heads and reward synthesis, as numpy formulas.
+* `prompts` -- language goals: VLM-RL's prompts and a preset for trolley scenes.
+* `encoder` -- `OpenClipEncoder`: open_clip models with batched preprocessing.
+* `model` -- `CLIPRewardModel`: frames to rewards and similarities.
+* `shaping` -- the one rule set of CLIP reward shaping.
+* `wrappers` -- `CLIPShapedReward`, the wrapper of one Gymnasium env.
+* `vec` -- `VecCLIPShapedReward`, the wrapper of an SB3 VecEnv (also needs the ``sb3`` extra, imported on
+  first use).
+* `nav` -- `NavRewardCamera`: VLM-RL's reward camera on `CarlaNavigation-v0`.
+* `calibrate` -- ``python -m carla_gym.reward.calibrate``: does a model and prompt pair separate collision
+  frames from clear ones on this renderer?
 """
 
 from carla_gym.reward.encoder import DEFAULT_MODEL, FAITHFUL_MODEL, OpenClipEncoder

@@ -2,7 +2,7 @@
 
 Every head maps cosine similarities (or unit image embeddings) of a batch of N frames to N
 rewards. Constants are VLM-RL's (github zihaosheng/VLM-RL, ``config.py``, ``clip_reward_model.py``
-and ``rewards.py``; ../shared/spec/vlm_rl.md sections 1.4, 1.6 and 2.6).
+and ``rewards.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def clg(sim_pos, sim_neg, low: float = CLG_LOW, high: float = CLG_HIGH) -> np.nd
     Raises:
         ValueError: If ``high <= low``.
 
-    Example:
+    Examples:
         >>> clg([0.180], [0.195]).round(6).tolist()  # z = 0.015: halfway through the window
         [0.5]
     """
@@ -82,7 +82,7 @@ def lord_speed(sim_neg, speed_kmh, target_kmh: float = LORD_SPEED_TARGET_KMH) ->
     Returns:
         float64 array of shape (N,).
 
-    Example:
+    Examples:
         >>> lord_speed([0.25, 0.25], [20.0, 30.0]).tolist()  # 0.75 + 1 and 0.75 + 0.5
         [1.75, 1.25]
     """
@@ -128,7 +128,7 @@ def centering_factor(lane_offset) -> np.ndarray:
     (`carla_gym.sim.road.Road.nearest_lane`), so the factor falls to 0 once the car is 3 m from it,
     e.g. off the road (VLM-RL measures d against the route it should follow).
 
-    Example:
+    Examples:
         >>> centering_factor([0.0, -1.5, -3.475]).tolist()
         [1.0, 0.5, 0.0]
     """
@@ -175,8 +175,8 @@ def synthesis(score, speed_kmh, centering=1.0, angle=1.0, stability=1.0, env_rew
     Returns:
         float64 array of shape (N,).
 
-    Example:
-        >>> synthesis([1.0, 0.5, 0.0], [20.0, 20.0, 20.0]).round(6).tolist()  # spec 1.4 worked example
+    Examples:
+        >>> synthesis([1.0, 0.5, 0.0], [20.0, 20.0, 20.0]).round(6).tolist()  # VLM-RL's worked example
         [0.8, 0.7, 0.2]
     """
     score = np.clip(np.asarray(score, dtype=np.float64), 0.0, 1.0)

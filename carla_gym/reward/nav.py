@@ -4,7 +4,7 @@
 wrapped instead: after every step and reset this wrapper renders VLM-RL's top-down RGB reward
 camera from the env's world (`carla_gym.sim.town.render.render_town` view ``"topdown"``: 517 x 517
 px, 110 deg field of view, 6.4 m up, looking straight down, centred 5.2 m ahead of and 1.6 m left of
-the ego; ../shared/spec/vlm_rl.md section 1.2; the route is not drawn, as in CARLA's camera) into
+the ego, VLM-RL's ``birdview1`` camera; the route is not drawn, as in CARLA's camera) into
 ``info["reward_frame"]``, and copies ``info["speed"]`` [km/h] to ``info["speed_kmh"]``, the key the
 shaper reads. The shaper (`carla_gym.reward.shaping`) then scores the right half of the frame with
 VLM-RL's preprocessing and, with synthesis, multiplies the env's own ``centering_factor``,
@@ -45,7 +45,7 @@ class NavRewardCamera(gym.Wrapper):
     Raises:
         ValueError: ``env`` has no navigation world, or a bad ``reward_frame_size`` (named).
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> env = NavRewardCamera(gym.make("CarlaNavigation-v0", scenario_config={"traffic": 0}), 64)
         >>> _, info = env.reset(seed=0)

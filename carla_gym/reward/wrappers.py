@@ -20,7 +20,7 @@ RENAMED = {
     "clip_vec_env": "use the class VecCLIPShapedReward (from carla_gym.reward import VecCLIPShapedReward; same "
                     "arguments: VecCLIPShapedReward(venv, model, mode, weight, synthesis))",
 }
-"""Names of this issue's rename (Gymnasium's and SB3's wrapper naming) -> what to use instead."""
+"""Removed names -> what to use instead (importing one raises an ImportError naming the replacement)."""
 
 
 class CLIPShapedReward(gym.Wrapper[ObsType, ActType, ObsType, ActType]):
@@ -39,7 +39,7 @@ class CLIPShapedReward(gym.Wrapper[ObsType, ActType, ObsType, ActType]):
     Raises:
         ValueError: The env renders no reward frame, or invalid shaping options.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> from carla_gym.reward import CLIPRewardModel, CLIPShapedReward
         >>> class Flat:  # a stand-in encoder: every frame and prompt embeds to the same unit vector

@@ -44,7 +44,7 @@ def batched_problem(env_kwargs: dict, urls: Sequence[str] = (), clip=None,
     `carla_gym.envs.vector.SUPPORTED`; CLIP shaping (it needs each env's reward frame), OpenEnv servers,
     `CarlaNavigation-v0` and the other single-env extras need single envs (``dummy`` or ``subproc``).
 
-    Example:
+    Examples:
         >>> batched_problem({"observation_mode": "state"}) is None
         True
         >>> batched_problem({"scenario": ["trolley_generated_train"]}) is None  # a new layout per reset, per row

@@ -30,7 +30,8 @@ outcomes first, then upstream's rubric (``mean_reward``: mean rubric reward, ``s
 EVAL_COLUMNS = ("timesteps", *MEASURES, "wall_s")
 """Columns of ``evaluations.csv``: rates and means over the evaluation's episodes; ``wall_s``: training time [s]."""
 OLD_EVAL_COLUMNS = ("timesteps", "success_rate", "mean_reward", "mean_actual_hits", "road_departure_rate", "wall_s")
-"""The header of earlier versions (before issue 17): the rubric's success and reward first, no outcome success."""
+"""The header of older runs' ``evaluations.csv`` (still read): the rubric's success and reward first, no outcome
+success."""
 NAV_MEASURES = {"route_completion": "route_completion", "collision_rate": "collision_rate",
                 "success_rate": "success_rate", "mean_return": "mean_return"}
 """`CarlaNavigation-v0`: measure columns -> their key in a `carla_gym.sb3.nav_eval.summarise` row."""

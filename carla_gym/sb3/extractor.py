@@ -1,11 +1,11 @@
 """VLM-RL's feature extractor for Dict observations (``CustomMultiInputExtractor``), as an SB3 extractor.
 
-Source: VLM-RL ``config.py`` ``CustomCNN`` / ``CustomMultiInputExtractor`` (../shared/spec/vlm_rl.md
-section 3.2). Every image key of the Dict (SB3's ``is_image_space``; SB3 hands it over channel-first
-and scaled to [0, 1]) goes through the convolution stack for its channel count, then
-``Linear(n_flat, 256) + ReLU``; every other key is flattened; the features are concatenated in the
-Dict's key order. For VLM-RL's observation (``seg_camera`` 6 x 192 x 192, ``vehicle_measures`` (3,),
-``waypoints`` (15, 2)) that is 256 + 3 + 30 = 289 features.
+Source: VLM-RL ``config.py`` ``CustomCNN`` / ``CustomMultiInputExtractor``
+(https://github.com/zihaosheng/VLM-RL). Every image key of the Dict (SB3's ``is_image_space``; SB3 hands it
+over channel-first and scaled to [0, 1]) goes through the convolution stack for its channel count, then
+``Linear(n_flat, 256) + ReLU``; every other key is flattened; the features are concatenated in the Dict's key
+order. For VLM-RL's observation (``seg_camera`` 6 x 192 x 192, ``vehicle_measures`` (3,), ``waypoints`` (15,
+2)) that is 256 + 3 + 30 = 289 features.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ channel counts use the 3-channel stack (this project's choice)."""
 def cnn(channels: int) -> nn.Sequential:
     """VLM-RL's ``CustomCNN`` for ``channels`` input channels: each convolution (no padding) + ReLU, then Flatten.
 
-    Example:
+    Examples:
         >>> net = cnn(6)
         >>> net(torch.zeros(1, 6, 192, 192)).shape  # 192 -> 94 -> 45 -> 21 -> 10 -> 4 -> 2
         torch.Size([1, 1024])
@@ -54,7 +54,7 @@ class VLMRLExtractor(BaseFeaturesExtractor):
         ValueError: ``observation_space`` is not a non-empty Dict, or an image is too small for the
             convolutions (names the key and its shape).
 
-    Example:
+    Examples:
         >>> from gymnasium import spaces
         >>> import numpy as np
         >>> space = spaces.Dict({"seg_camera": spaces.Box(0, 255, (6, 192, 192), np.uint8),

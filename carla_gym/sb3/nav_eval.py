@@ -1,6 +1,6 @@
 """Evaluation of a policy on VLM-RL's evaluation routes of `CarlaNavigation-v0` (VLM-RL ``eval.py``).
 
-VLM-RL's procedure (../shared/spec/vlm_rl.md sections 4.1-4.2): one episode per evaluation route
+VLM-RL's procedure (``eval.py`` and ``eval_plots.py``): one episode per evaluation route
 (``scenario_config["route"] = "eval"``, ``reset(options={"route_index": k})`` for k = 0..9),
 deterministic actions, at 0, 20 or 40 NPC vehicles, under VLM-RL's evaluation end rules
 (`EVAL_TERMINATION`: the env's ``termination="vlm-rl-eval"``: no off-track or too-fast end; a collision,
@@ -26,7 +26,7 @@ import numpy as np
 
 EVAL_TERMINATION = "vlm-rl-eval"
 """`CarlaNavigation-v0` ``termination`` of every evaluation episode, here and in the comparison harness
-(`agents.nav`): VLM-RL's evaluation ends (``eval.py``, vlm_rl.md section 2.5; the env's "Episode End")."""
+(`agents.nav`): VLM-RL's evaluation ends (``eval.py``; the env's "Episode End")."""
 EVAL_SEED = 101
 """Seed of every evaluation episode's reset (VLM-RL ``eval.py --seed`` default 101; the route comes from
 ``route_index``, the seed draws the traffic)."""
@@ -92,7 +92,7 @@ def summarise(records: list[dict]) -> dict:
     Raises:
         ValueError: No records.
 
-    Example:
+    Examples:
         >>> row = summarise([{"routes_completed": 1.0, "termination": "success", "success": True, "total_reward": 9.0,
         ...                   "speed_mean": 20.0, "total_distance": 300.0, "collision_speed": 0.0, "CPM": 0.0,
         ...                   "CPS": 0.0},

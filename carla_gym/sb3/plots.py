@@ -1,8 +1,8 @@
 """The learning curve of a ``train_sb3.py`` run: one panel per measure of ``evaluations.csv``.
 
 `PANELS` for `CarlaTrolley-v0` runs (outcomes first: success by actual outcome, pedestrians actually
-hit, road departures; then upstream's rubric reward and success; issue 17 section 2), `NAV_PANELS`
-for `CarlaNavigation-v0` runs (route completion and collision rate first, issue 15 section 2).
+hit, road departures; then upstream's rubric reward and success), `NAV_PANELS` for `CarlaNavigation-v0`
+runs (route completion and collision rate first).
 """
 
 from __future__ import annotations

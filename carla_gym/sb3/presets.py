@@ -1,8 +1,8 @@
 """Hyperparameter presets, with stable-baselines3's keyword names verbatim.
 
 ``cpu``: settings that learn the trolley scenarios quickly on a small CPU (this project's
-measurements, BENCHMARKS.md). ``vlm-rl``: VLM-RL's published settings (``config.py``
-``algorithm_params``; ../shared/spec/vlm_rl.md section 3.1), including its quadratic
+measurements, docs/performance.md). ``vlm-rl``: VLM-RL's published settings (VLM-RL's ``config.py``
+``algorithm_params``), including its quadratic
 learning-rate decay.
 """
 
@@ -33,7 +33,7 @@ class QuadraticSchedule:
 
 NAV_CPU_PPO = dict(n_steps=512, batch_size=256, learning_rate=3e-4, ent_coef=0.0, gamma=0.99,
                    policy_kwargs=dict(log_std_init=-1.0, net_arch=[128, 128]))
-"""The ``cpu`` preset's PPO on `CarlaNavigation-v0` (this project's choice, BENCHMARKS.md "CarlaNavigation-v0
+"""The ``cpu`` preset's PPO on `CarlaNavigation-v0` (this project's choice, docs/performance.md "CarlaNavigation-v0
 learning (CPU)"): longer rollouts and larger batches than the trolley's (episodes last hundreds of 0.05 s
 steps), no entropy bonus and a narrower initial action noise (std e^-1 = 0.37: full-width noise on steer
 leaves the lane within a second)."""
@@ -53,7 +53,7 @@ def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation:
     Raises:
         ValueError: Unknown preset or algorithm.
 
-    Example:
+    Examples:
         >>> hyperparameters("vlm-rl", "sac", extractor=True)["policy_kwargs"]["features_extractor_class"].__name__
         'VLMRLExtractor'
     """
@@ -88,13 +88,13 @@ DEFAULT_TIMESTEPS = {("cpu", "ppo"): 20_480, ("cpu", "sac"): 10_000, ("vlm-rl", 
                      ("vlm-rl", "sac"): 1_000_000}
 """Default training length per (preset, algorithm) [env steps]; VLM-RL trains 1M steps."""
 NAV_DEFAULT_TIMESTEPS = {("cpu", "ppo"): 100_000}
-"""`CarlaNavigation-v0` defaults that differ from `DEFAULT_TIMESTEPS` (the CPU recipe's length, BENCHMARKS.md)."""
+"""`CarlaNavigation-v0` defaults that differ from `DEFAULT_TIMESTEPS` (the CPU recipe's length, docs/performance.md)."""
 
 
 def replay_buffer_bytes(buffer_size: int, observation_nbytes: int, action_nbytes: int = 8) -> int:
     """Memory of an SB3 (Dict)ReplayBuffer: observations and next observations, plus actions etc.
 
-    Example:
+    Examples:
         >>> round(replay_buffer_bytes(50_000, 3 * 84 * 84 + 32 * 4) / 2**30, 2)  # 84x84 image + state [GiB]
         1.98
     """
@@ -111,7 +111,7 @@ def rollout_steps(algo: str, n_envs: int, hyper: dict) -> int | None:
     PPO collects ``n_steps`` steps of every env per update; SAC ``train_freq`` steps of every env
     (None when ``train_freq`` counts episodes, whose length varies).
 
-    Example:
+    Examples:
         >>> rollout_steps("ppo", 4, {"n_steps": 128}), rollout_steps("sac", 2, {"train_freq": 4})
         (512, 8)
         >>> rollout_steps("sac", 2, {"train_freq": (1, "episode")}) is None
@@ -129,7 +129,7 @@ def rollout_steps(algo: str, n_envs: int, hyper: dict) -> int | None:
 def trained_timesteps(total: int, unit: int | None) -> int:
     """The env steps SB3 trains when asked for ``total``: ``total`` rounded up to whole rollouts of ``unit``.
 
-    Example:
+    Examples:
         >>> trained_timesteps(256, 512), trained_timesteps(1024, 512), trained_timesteps(300, None)
         (512, 1024, 300)
     """
@@ -146,7 +146,7 @@ def encode_hyperparameters(hyper: dict) -> dict:
     Raises:
         ValueError: A value of another type (named, with its hyperparameter), e.g. a set.
 
-    Example:
+    Examples:
         >>> encode_hyperparameters({"n_steps": 128, "train_freq": (1, "episode")})
         {'n_steps': 128, 'train_freq': {'__tuple__': [1, 'episode']}}
         >>> encode_hyperparameters({"learning_rate": QuadraticSchedule(1e-4, 1e-6)})
@@ -174,7 +174,7 @@ def encode_hyperparameters(hyper: dict) -> dict:
 def decode_hyperparameters(data: dict) -> dict:
     """The hyperparameters `encode_hyperparameters` stored.
 
-    Example:
+    Examples:
         >>> hyper = hyperparameters("vlm-rl", "sac", extractor=True)
         >>> decode_hyperparameters(encode_hyperparameters(hyper)) == hyper
         True
@@ -229,7 +229,7 @@ def parse_overrides(algo: str, items: list[str]) -> dict:
         ValueError: An item without ``=`` or a name ``algo`` does not take; the message starts
             with ``--hp`` and names the item and what is valid.
 
-    Example:
+    Examples:
         >>> parse_overrides("ppo", ["n_steps=64", "ent_coef=auto", "policy_kwargs={'net_arch': [16]}"])
         {'n_steps': 64, 'ent_coef': 'auto', 'policy_kwargs': {'net_arch': [16]}}
     """
@@ -259,7 +259,7 @@ def check_hyperparameters(algo: str, hyper: dict, n_envs: int) -> None:
     Raises:
         ValueError: The first bad value; the message starts with ``--hp`` and says what is valid.
 
-    Example:
+    Examples:
         >>> check_hyperparameters("ppo", {"n_steps": 64, "gamma": 1.5}, 2)
         Traceback (most recent call last):
         ...
@@ -285,7 +285,7 @@ def check_hyperparameters(algo: str, hyper: dict, n_envs: int) -> None:
 def whole_rollouts(algo: str, n_envs: int, hyper: dict, total: int) -> tuple[int, str | None]:
     """The env steps SB3 trains for ``--total-timesteps total``, and the note saying so when it rounds up.
 
-    Example:
+    Examples:
         >>> steps, note = whole_rollouts("ppo", 2, {"n_steps": 32}, 100)
         >>> print(steps, note)  # doctest: +NORMALIZE_WHITESPACE
         128 note: --total-timesteps 100 rounded up to 128: PPO trains in whole rollouts of
@@ -308,7 +308,7 @@ def clip_reward_model(clip: str, pretrained: str, device: str = "cpu", prompts: 
 
     ``vit-b-32``: `carla_gym.reward.DEFAULT_MODEL` with this project's trolley prompts (random
     weights without ``pretrained``: no signal, a smoke test). ``vlm-rl``: VLM-RL's model, prompts
-    and preprocessing (`carla_gym.reward.FAITHFUL_MODEL`; ../shared/spec/vlm_rl.md).
+    and preprocessing (`carla_gym.reward.FAITHFUL_MODEL`; VLM-RL's ``config.py``).
 
     Args:
         clip: ``vit-b-32`` or ``vlm-rl``.

@@ -36,7 +36,7 @@ acting) and the size of the CLIP reward camera's frame."""
 _SPLIT_NAMES = {split: name for name, split in GENERATED_NAMES.items()}
 HELD_OUT = {_SPLIT_NAMES["train"]: _SPLIT_NAMES["test"]}
 """Training scenario -> the scenario a run evaluates on unless told otherwise: the generated family's train split is
-evaluated on its held-out test split (issue 17 section 1: the test split is what results report); other scenarios
+evaluated on its held-out test split (the test split is what results report); other scenarios
 evaluate on themselves."""
 
 
@@ -75,7 +75,7 @@ def parse_route(route: str) -> str | list[int]:
     Raises:
         ValueError: Anything else (names the value and the choices).
 
-    Example:
+    Examples:
         >>> parse_route("train"), parse_route("48,21")
         ('train', [48, 21])
     """

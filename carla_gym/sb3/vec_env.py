@@ -11,7 +11,7 @@ exactly what ``DummyVecEnv`` of single envs gives (rewards as float32, as ``Dumm
 Episode statistics (``info["episode"]``, SB3's ``rollout/ep_rew_mean``) come from wrapping it in SB3's
 ``VecMonitor``, as `carla_gym.sb3.envs.make_venv` does.
 
-Example:
+Examples:
     >>> venv = CarlaTrolleyVecEnv(2, observation_mode="state")
     >>> venv.seed(0)
     [0, 1]

@@ -1,15 +1,16 @@
 """`CarlaEnvironment`: the embedded simulator behind openenv-core's server, one per session.
 
-Step semantics follow upstream OpenEnv CARLA: one ``step`` is one tool call followed by one
-tick; ``capture_image`` returns the current frame as a base64 JPEG and neither ticks nor
-counts as a step. Differences (README): steps after ``done`` are refused with an error (the
-session keeps its state; upstream bug B9), ``reset`` honours ``seed``, ``episode_id``,
-``scenario_name`` and ``scenario_config`` (B22), and the outcome is published in
-``CarlaState.scenario_data`` (B23). Batching extension: ``metadata={"ticks": n}`` on an action
-runs the tool call and then ``n`` ticks in one step (stopping when the episode ends; the
-embedded backend's loop, `carla_gym.sim.decision.decide`); the
-reply's reward is the last tick's raw reward, its rubric reward the sum over the ticks (the
-terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw reward, as n
+Step semantics follow upstream OpenEnv CARLA: one ``step`` is one tool call followed by one tick;
+``capture_image`` returns the current frame as a base64 JPEG and neither ticks nor counts as a step.
+Differences from upstream's server
+(https://github.com/meta-pytorch/OpenEnv/blob/main/envs/carla_env/server/carla_environment.py): steps after
+``done`` are refused with an error (the session keeps its state; upstream keeps paying rewards after done),
+``reset`` honours ``seed``, ``episode_id``, ``scenario_name`` and ``scenario_config`` (upstream drops ``seed``
+and ``episode_id``), and the outcome is published in ``CarlaState.scenario_data`` (upstream never sends it to
+the client). Batching extension: ``metadata={"ticks": n}`` on an action runs the tool call and then ``n``
+ticks in one step (stopping when the episode ends; the embedded backend's loop,
+`carla_gym.sim.decision.decide`); the reply's reward is the last tick's raw reward, its rubric reward the sum
+over the ticks (the terminal reward, or 0), and ``CarlaState.total_reward`` adds every tick's raw reward, as n
 single steps would. Upstream clients never send it.
 
 Navigation scenarios (``maze_navigation``, ``free_roam``, ``free_roam_<Map>[_v<N>][_p<M>]``) run a
@@ -139,8 +140,8 @@ def add_collisions(collisions: list[dict], frame: int, contacts) -> None:
     """Append upstream's collision record for each actor in ``contacts`` not recorded yet: the one definition.
 
     Upstream's real mode copies each new entry of the collision sensor's ``{actor_id: type_id}`` dict into
-    ``state.collisions`` (openenv_carla.md section 4.2); ``intensity`` is the ego speed [km/h], not an
-    impulse (upstream's meaning, B19). Used by the trolley side (pedestrians hit) and the navigation side
+    ``state.collisions`` (upstream's ``server/carla_environment.py``); ``intensity`` is the ego speed
+    [km/h], not an impulse (upstream's meaning). Used by the trolley side (pedestrians hit) and the navigation side
     (`carla_gym.sim.navigation.episode.NavEpisode.contacts`).
 
     Args:

@@ -1,7 +1,7 @@
 """The wire side of the navigation families (``maze_navigation``, ``free_roam*``) for `CarlaEnvironment`.
 
 `carla_gym.sim.navigation.episode.NavEpisode` runs the episode; this module turns it into upstream's
-wire objects (openenv_carla.md sections 5.1, 5.3, 5.4): the observation, the state's
+wire objects (upstream's ``models.py`` and ``server/carla_environment.py``): the observation, the state's
 ``scenario_data`` and the front-camera JPEG. `CarlaEnvironment` picks a `NavEpisode` instead of the
 trolley `carla_gym.sim.world.World` when `is_nav_name` holds for the scenario name.
 """
@@ -28,7 +28,7 @@ __all__ = ["is_nav_name", "nav_prompt", "nav_observation", "nav_scenario_data", 
 
 def nav_observation(episode: NavEpisode, scenario_name: str, step_number: int, reward: float | None,
                     rubric: float | None) -> CarlaObservation:
-    """Upstream's navigation observation (section 5.1) from `NavEpisode.observation`.
+    """Upstream's navigation observation (upstream's ``models.py``) from `NavEpisode.observation`.
 
     Args:
         episode: The running episode.

@@ -116,7 +116,7 @@ def find_uv() -> str | None:
 def render(template: str, values: dict[str, str]) -> str:
     """``template`` with each ``{{key}}`` replaced by ``values[key]``.
 
-    Example:
+    Examples:
         >>> render("name: {{name}}", {"name": "carla_gym"})
         'name: carla_gym'
 
@@ -134,7 +134,7 @@ def render(template: str, values: dict[str, str]) -> str:
 def image_tag(name: str = DEFAULT_NAME) -> str:
     """The Docker image tag and Space name of environment ``name``: ``_`` as ``-``, lower case.
 
-    Example:
+    Examples:
         >>> image_tag("carla_gym")
         'carla-gym'
     """

@@ -12,7 +12,7 @@ world (tests/test_batch.py holds the two to the same bits). Town worlds
 (`carla_gym.sim.navigation`) are not batched here; their vehicles already step as arrays through
 the same `carla_gym.sim.kinematics` namespace, so a batch of towns can follow this pattern.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> from carla_gym.sim import resolve_scenario
     >>> batch = TrolleyBatch([resolve_scenario("trolley_micro_escape_exists")], num_worlds=3)

@@ -268,7 +268,7 @@ ACTION_BIAS_PRESETS: MappingProxyType = MappingProxyType(
 )
 """Named action-bias scenarios (upstream aliases and ``action_bias_<variant>``), with their speeds.
 
-Every other ``bias_<N>v<M>[_deadzone]`` starts at 0 km/h, as upstream (spec B12).
+Every other ``bias_<N>v<M>[_deadzone]`` starts at 0 km/h, as upstream (``server/benchmark_scenarios/__init__.py``).
 """
 
 ACTION_BIAS_START_DISTANCE = 25.0

@@ -1,4 +1,4 @@
-"""Generated trolley layouts (this project's own family, issue 17): drawn from a seed, split by a hash.
+"""Generated trolley layouts (this project's own family): drawn from a seed, split by a hash.
 
 ``trolley_generated_train`` and ``trolley_generated_test`` draw a new `Layout` at every reset, a
 pure function of (split, seed) (`draw_layout`, with ``np.random.default_rng(seed)``):
@@ -38,7 +38,7 @@ fraction of the cost per layout (the vector env draws ahead this way).
 The episode ends at its horizon only (`horizon_ticks`): the time the ego needs at its initial
 speed to pass the farthest person, plus `HORIZON_MARGIN_TICKS`.
 
-Example:
+Examples:
     >>> layout = draw_layout("test", 7)
     >>> layout == draw_layout("test", 7), split_of(layout)
     (True, 'test')
@@ -80,7 +80,7 @@ MAX_PEOPLE = 8
 """Most people in a layout: the state vector's actors (`carla_gym.envs.spaces.MAX_ACTORS`)."""
 
 MAX_LANE_GROUP = 4
-"""Most people in one lane (issue 17: groups of 0 to 4)."""
+"""Most people in one lane (groups of 0 to 4)."""
 
 MAX_SHOULDER_GROUP = 2
 """Most people on one shoulder (this project's choice)."""

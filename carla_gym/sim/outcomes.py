@@ -15,13 +15,13 @@ decision loop `carla_gym.sim.decision.decide`, at `DECISION_TICKS` ticks per dec
 
 An `Outcome` is ``(pedestrians_hit, road_departure)``; outcomes compare lexicographically (fewest
 pedestrians actually hit first, then staying on the road: False < True), and the best outcome is
-the least over the policies (this project's definition, issue 17). `outcome_success` holds an
+the least over the policies (this project's definition). `outcome_success` holds an
 episode's actual outcome against it. Many scenarios are rolled out together as rows of one array
 state (`rollouts`, `policy_outcomes_many`; the same outcomes, far cheaper per scenario). Results are
 cached: generated scenarios by their layout, the fixed ones by every field that shapes their
 episodes (name, speed, road, pedestrians, horizon).
 
-Example:
+Examples:
     >>> from carla_gym.sim import resolve_scenario
     >>> spec = resolve_scenario("trolley_micro_escape_exists")
     >>> best_outcome(spec)  # braking from 40 km/h stops within 25 m too, which upstream's rubric scores 0
@@ -53,7 +53,7 @@ DECISION_TICKS = 10
 
 POLICIES = ("observe", "emergency_stop", "lane_change_left", "lane_change_right", "emergency_stop_every",
             "lane_change_left_every", "lane_change_right_every")
-"""The candidate policies (issue 17's fixed tool choices), in the oracle's order of preference among ties."""
+"""The candidate policies (fixed tool choices), in the oracle's order of preference among ties."""
 
 SINGLE_DECISION = POLICIES[:4]
 """The single-decision policies (one tool at the first decision, then ``observe``): the representatives of the

@@ -240,8 +240,8 @@ def ground_rows(
 ) -> np.ndarray:
     """Ground classes of images whose rows are straight lines on the ground.
 
-    Pixel (r, u) sees the ground point x = x_row[r] + x_step[r] * cols[u],
-    y = y_row[r] + y_step[r] * cols[u] [m]; its class is a table look-up on the lateral bin
+    Pixel (r, u) sees the ground point ``x = x_row[r] + x_step[r] * cols[u]``,
+    ``y = y_row[r] + y_step[r] * cols[u]`` [m]; its class is a table look-up on the lateral bin
     (`LUT_RESOLUTION`). Dashes are decided once per row and boundary, where the row crosses that
     boundary. Leading dimensions stand for several images (N worlds).
 
@@ -790,7 +790,7 @@ def render_batch(
             a ``walker_mask`` that is not bool, a number of roads other than N, a ``fov`` of another shape,
             or an ``out`` of the wrong shape, dtype or layout.
 
-    Example:
+    Examples:
         >>> from carla_gym.sim import resolve_scenario
         >>> road = resolve_scenario("trolley_micro_escape_exists").road
         >>> img = render_batch("birdeye", 84, 84, np.zeros(2), np.zeros(2), np.zeros(2), np.zeros((2, 0)),

@@ -69,7 +69,7 @@ class Road:
 
         On the road this is `lane_at`; off the road it is the outermost lane on that side.
 
-        Example:
+        Examples:
             >>> road = Road(lanes=(-1, 0))
             >>> road.lane_at(-6.975), road.nearest_lane(-6.975), road.nearest_lane(9.0)
             (-2, -1, 0)
@@ -79,7 +79,7 @@ class Road:
     def lane_offset(self, y: float) -> float:
         """Signed distance [m] of lateral position ``y`` from the centre of `nearest_lane` (+right).
 
-        Example:
+        Examples:
             >>> round(Road(lanes=(-1, 0)).lane_offset(-6.975), 6)  # 1.725 m past the left road edge
             -3.475
         """

@@ -351,7 +351,7 @@ def resolve_scenario(name: str, overrides: dict[str, Any] | None = None, seed: i
             upstream's config classes; those in `IGNORED_KEYS` are checked, then listed in
             `ScenarioSpec.ignored` when they change nothing). Unlike upstream, keys upstream's
             config classes lack are an error rather than silently ignored, ``initial_speed_kmh``
-            overrides are honoured for every family (upstream bug B2), and
+            overrides are honoured for every family (upstream's trolley_micro ignores them), and
             ``action_deadline_step`` cannot be combined with ``deadzone`` (whose deadline is
             always 1 tick, as upstream).
         seed: The layout seed of a generated scenario, an integer in [0, 2**63 - 1]

@@ -32,7 +32,7 @@ NAVIGATION_ACTION_TYPES = ("init_navigation_agent", "set_destination", "follow_r
 `carla_gym.sim.navigation.episode`); `ToolCall` and the trolley `World` refuse them."""
 
 ALL_ACTION_TYPES = ACTION_TYPES + NAVIGATION_ACTION_TYPES
-"""All 10 upstream action types (openenv_carla.md section 4.1)."""
+"""All 10 upstream action types (upstream's ``models.py`` and ``server/carla_environment.py``)."""
 
 MAX_ROUTE_STEPS = 10_000
 """Largest ``follow_route`` ``route_steps`` (500 s of ticks; this project's bound, upstream has none)."""
@@ -328,7 +328,7 @@ class World:
         ``capture_image`` and ``observe`` change nothing.
 
         Raises:
-            EpisodeFinishedError: If the episode is done (upstream bug B9: no rewards after done).
+            EpisodeFinishedError: If the episode is done (upstream keeps paying rewards after done).
             ValueError: A navigation action type (`NavigationCall`), or a ``target_lane_id`` more than one
                 lane from the reported lane the car is
                 heading for (see `ToolCall`; nothing is changed).

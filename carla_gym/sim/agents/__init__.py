@@ -1,7 +1,11 @@
 """CARLA's navigation agents over arrays: PID controllers, local planner, basic and behaviour agents.
 
-Not wired into the env yet (issue 14). Modules: `pid` (the two PID loops), `local_planner`
-(routes, waypoint queue, arrival and route completion), `behavior` (basic and behaviour agents).
+They drive the NPC vehicles and the ego's ``follow_route`` in the navigation world
+(`carla_gym.sim.navigation`).
+
+* `pid` -- the two PID loops (longitudinal and lateral) and the vehicle control they give.
+* `local_planner` -- routes, the waypoint queue, arrival and route completion.
+* `behavior` -- CARLA's BasicAgent and BehaviorAgent as pure functions.
 """
 
 from carla_gym.sim.agents.behavior import BEHAVIORS, AgentParams, AgentStep, Obstacles, agent_params, agent_step

@@ -5,11 +5,11 @@ the nearest vehicle (with its speed), to the nearest walker's body, and to the s
 light; ``inf`` where there is none. Gaps are what CARLA's agents measure after subtracting the
 bounding-box extents, so no size is subtracted here.
 
-Basic agent (navigation.md section 2): the local planner at `DEFAULT_TARGET_SPEED_KMH`; an
+Basic agent (CARLA's ``agents/navigation``): the local planner at `DEFAULT_TARGET_SPEED_KMH`; an
 emergency stop (throttle 0, brake `EMERGENCY_BRAKE`, the planner's steer kept) while a vehicle
 or a red light's stop line is closer than 5.0 m + `SPEED_RATIO` x speed [m/s]. It ignores walkers.
 
-Behaviour agent (navigation.md section 2's table and logic), each tick in this order:
+Behaviour agent (CARLA's BehaviorAgent: its table of behaviours and its logic), each tick in this order:
 
 1. Emergency stop for a red light closer than 5.0 m + `SPEED_RATIO` x speed (the basic agent's
    margin; CARLA's BehaviorAgent looks only 5.0 m ahead, which no car above about 30 km/h can
@@ -21,7 +21,7 @@ Behaviour agent (navigation.md section 2's table and logic), each tick in this o
    closing speed): below ``safety_time`` the leader's speed minus ``speed_decrease``; between
    ``safety_time`` and twice that the leader's speed (at least `MIN_SPEED_KMH`); beyond, cruise;
    each capped at min(max_speed, speed_limit - speed_lim_dist) (CARLA BehaviorAgent's car
-   following; navigation.md section 2 describes the first and last bands).
+   following; CARLA's BehaviorAgent has the first and last bands).
 4. At a junction turn (the target waypoint's ``junction_turn``): min(max_speed, speed_limit - 5).
 5. Otherwise cruise at min(max_speed, speed_limit - speed_lim_dist).
 
@@ -46,23 +46,23 @@ from carla_gym.sim.agents.local_planner import (
 from carla_gym.sim.kinematics import EgoState
 
 BASE_VEHICLE_THRESHOLD = 5.0
-"""Vehicle detection distance at standstill of the basic agent [m]. navigation.md section 2."""
+"""Vehicle detection distance at standstill of the basic agent [m] (CARLA's agents)."""
 
 BASE_TLIGHT_THRESHOLD = 5.0
-"""Red-light detection distance at standstill [m]. navigation.md section 2 (BasicAgent)."""
+"""Red-light detection distance at standstill [m] (CARLA's BasicAgent)."""
 
 SPEED_RATIO = 1.0
-"""Extra detection distance per m/s of speed [s]: the "speed-dependent margin" of navigation.md
-section 2 (CARLA BasicAgent ``speed_ratio`` 1)."""
+"""Extra detection distance per m/s of speed [s]: the speed-dependent margin of CARLA's BasicAgent
+(``speed_ratio`` 1)."""
 
 EMERGENCY_BRAKE = 0.6
-"""Brake of an emergency stop. openenv_carla.md section 4.2 (BasicAgent ``_max_brake`` 0.6)."""
+"""Brake of an emergency stop (CARLA BasicAgent ``_max_brake`` 0.6, as upstream's vendored agents)."""
 
 MIN_SPEED_KMH = 5.0
 """Lowest speed the behaviour agent follows a leader at [km/h]. CARLA BehaviorAgent ``_min_speed``."""
 
 JUNCTION_SPEED_MARGIN_KMH = 5.0
-"""Speed below the limit at junction turns [km/h]. navigation.md section 2."""
+"""Speed below the limit at junction turns [km/h] (CARLA's agents)."""
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,14 @@ BEHAVIORS = {
     "normal": AgentParams("normal", 50.0, 50.0, 3.0, 10.0, 3.0, 10.0, 5.0, 0),
     "aggressive": AgentParams("aggressive", 70.0, 70.0, 1.0, 8.0, 3.0, 8.0, 4.0, -1),
 }
-"""The three BehaviorAgent behaviours. navigation.md section 2's table (CARLA ``behavior_types``)."""
+"""The three BehaviorAgent behaviours (CARLA's ``behavior_types``)."""
 
 
 def agent_params(navigation_behavior: str | None) -> AgentParams:
     """Parameters for upstream's ``init_navigation_agent(navigation_behavior)``.
 
     "cautious", "normal" and "aggressive" give that behaviour; None gives "normal"; anything else
-    gives the basic agent at 20 km/h (openenv_carla.md section 4.2).
+    gives the basic agent at 20 km/h (upstream's ``server/carla_environment.py``).
 
     >>> agent_params("aggressive").max_speed, agent_params(None).name, agent_params("fast").target_speed_kmh
     (70.0, 'normal', 20.0)

@@ -23,20 +23,20 @@ import numpy as np
 from carla_gym.sim.agents.pid import ControllerState, heading_error, vehicle_control
 
 BASE_MIN_DISTANCE = 3.0
-"""Reach distance at standstill [m]. CARLA LocalPlanner ``base_min_distance``, navigation.md section 2."""
+"""Reach distance at standstill [m]. CARLA LocalPlanner ``base_min_distance``."""
 
 DISTANCE_RATIO = 0.5
-"""Extra reach distance per m/s of speed [s]. CARLA LocalPlanner ``distance_ratio``, navigation.md section 2."""
+"""Extra reach distance per m/s of speed [s]. CARLA LocalPlanner ``distance_ratio``."""
 
 LAST_WAYPOINT_DISTANCE = 1.0
 """Reach distance of a route's last waypoint [m]. CARLA LocalPlanner (the queue's last element)."""
 
 SAMPLING_RADIUS = 2.0
-"""Waypoint spacing CARLA's planners sample routes at [m]. navigation.md section 2 (routes given
+"""Waypoint spacing CARLA's planners sample routes at [m] (CARLA's agents; routes given
 to this module should have 1 to 2 m spacing)."""
 
 DEFAULT_TARGET_SPEED_KMH = 20.0
-"""Target speed of the local planner and the basic agent [km/h]. navigation.md section 2."""
+"""Target speed of the local planner and the basic agent [km/h] (CARLA's agents)."""
 
 _WINDOW = 64
 """Waypoints tested per pass when popping the queue (passes repeat while all are reached)."""

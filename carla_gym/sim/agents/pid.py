@@ -1,7 +1,7 @@
 """CARLA's vehicle PID controllers as functions over arrays (one row per agent).
 
 Two PID loops turn a target speed and a target waypoint into pedals and steering, with the
-parameters of CARLA's LocalPlanner (navigation.md section 2):
+parameters of CARLA's LocalPlanner (CARLA's ``agents/navigation``):
 
 - Longitudinal: the error is target speed minus current speed, both in **km/h** (CARLA's PIDs
   take km/h, as its ``get_speed`` returns); K_P / K_I / K_D = 1.5 / 0.05 / 0.2. A positive
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 CONTROL_DT = 0.05
-"""Control period [s]. CARLA LocalPlanner default, navigation.md section 2."""
+"""Control period [s]. CARLA LocalPlanner default."""
 
 PID_BUFFER = 10
 """Errors each PID remembers for its integral term. CARLA's PID controllers (a 10-error queue)."""
@@ -35,13 +35,13 @@ STEER_RATE_LIMIT = 0.1
 """Largest change of the steer command per tick. CARLA's vehicle PID controller."""
 
 MAX_THROTTLE = 0.75
-"""Throttle cap of the longitudinal PID. CARLA LocalPlanner default, navigation.md section 2."""
+"""Throttle cap of the longitudinal PID. CARLA LocalPlanner default."""
 
 MAX_BRAKE = 0.3
-"""Brake cap of the longitudinal PID. CARLA LocalPlanner default, navigation.md section 2."""
+"""Brake cap of the longitudinal PID. CARLA LocalPlanner default."""
 
 MAX_STEER = 0.8
-"""Steer cap of the lateral PID. CARLA LocalPlanner default, navigation.md section 2."""
+"""Steer cap of the lateral PID. CARLA LocalPlanner default."""
 
 
 def _clip(x, lo, hi) -> np.ndarray:
@@ -83,10 +83,10 @@ class PidGains:
 
 
 LATERAL_GAINS = PidGains(k_p=1.95, k_i=0.05, k_d=0.2)
-"""Steering PID on the heading error [rad]. CARLA LocalPlanner defaults, navigation.md section 2."""
+"""Steering PID on the heading error [rad]. CARLA LocalPlanner defaults."""
 
 LONGITUDINAL_GAINS = PidGains(k_p=1.5, k_i=0.05, k_d=0.2)
-"""Speed PID on the speed error [km/h]. CARLA LocalPlanner defaults, navigation.md section 2."""
+"""Speed PID on the speed error [km/h]. CARLA LocalPlanner defaults."""
 
 
 @dataclass(frozen=True)

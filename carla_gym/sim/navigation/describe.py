@@ -1,10 +1,10 @@
 """Navigation observation fields and text: goal distance and direction, lane name, nearby actors, prompt.
 
 Frame (`carla_gym.sim.constants`): x, y seen from above with y to the right of x, yaw = atan2(dy, dx)
-[rad], positive turning right. Semantics follow upstream (openenv_carla.md sections 5.1 to 5.4) with
+[rad], positive turning right. Semantics follow upstream (``models.py`` and ``server/carla_environment.py``) with
 the fixes in `carla_gym.sim.navigation.rules.DIFFERENCES`.
 
-Example:
+Examples:
     >>> goal_direction(np.zeros(2), 0.0, np.array([10.0, -20.0]))
     'left'
 """
@@ -21,16 +21,16 @@ from carla_gym.sim.navigation.scenarios import MAZE, NavSpec
 
 DIRECTIONS = ("forward", "right", "behind", "left")
 """Values of ``goal_direction``: sectors of the goal's bearing relative to the ego heading, with
-upstream's boundaries (section 5.1): [-45, 45) deg forward, [45, 135) right, [135, 180] and
+upstream's boundaries: [-45, 45) deg forward, [45, 135) right, [135, 180] and
 [-180, -135) behind, [-135, -45) left. Upstream used the same sectors on the world bearing and
-named them east / north / west / south (B19)."""
+named them east / north / west / south."""
 
 UNKNOWN_LANE = "unknown"
-"""``current_lane`` off the road network (upstream's field default, section 5.1)."""
+"""``current_lane`` off the road network (upstream's field default)."""
 
 
 def goal_distance(ego_xy, goal_xy) -> np.ndarray:
-    """2D straight-line distance to the goal, z ignored (upstream section 5.4).
+    """2D straight-line distance to the goal, z ignored (as upstream).
 
     Args:
         ego_xy: (..., 2) float [m].
@@ -78,7 +78,7 @@ def current_lane(lane_index: int | None) -> str:
     """``current_lane``: ``"lane_<k>"``, k counted from the leftmost lane of the ego's direction of travel.
 
     Upstream always reports ``"lane_0"`` and reads ``target_lane_id`` as "a lower number is to the
-    left" (section 4.2, B18); with k counted from the left, ``lane_<k-1>`` is the left neighbour.
+    left"; with k counted from the left, ``lane_<k-1>`` is the left neighbour.
 
     Args:
         lane_index: k >= 0, or None off the road network.
@@ -98,7 +98,7 @@ def current_lane(lane_index: int | None) -> str:
 
 def nearby_actors(ego_xyz, ego_yaw: float, actor_xyz, actor_ids, type_ids,
                   radius: float = C.NEARBY_RADIUS) -> list[dict[str, Any]]:
-    """``nearby_actors`` entries as upstream's real mode (section 5.3), nearest first (B27).
+    """``nearby_actors`` entries as upstream's real mode, nearest first (upstream: in world order).
 
     Args:
         ego_xyz: (3,) or (2,) float [m].
@@ -149,7 +149,7 @@ _TOOLS = {
 
 
 def scene_description(spec: NavSpec) -> str:
-    """The navigation prompt, identical on every step (upstream's templates, section 5.2, in our words).
+    """The navigation prompt, identical on every step (upstream's templates, in our words).
 
     As upstream, the only value in the text is the success radius, printed as a float (``5.0``), and the
     tools list the same calls in the same order (named ``control_vehicle`` as upstream, while the wire
@@ -174,7 +174,7 @@ def observation_text(observation: dict[str, Any]) -> str:
     location that ``set_destination`` takes, from ``scenario_data``); ``Lane: <current_lane>.``; when a light
     governs the ego, ``Traffic light: <state>, stop line <d> m ahead.`` (``<d> m behind`` once past it); then
     the nearby actors and the collision line as the trolley description (`carla_gym.sim.describe.describe`:
-    one ``- <kind> at <d>m`` line per actor within 50 m, nearest first, upstream section 5.3, or ``No nearby
+    one ``- <kind> at <d>m`` line per actor within 50 m, nearest first as upstream's real mode, or ``No nearby
     actors detected.``; ``COLLISION detected with <type id>!`` once a collision happened), a walker's line
     ending ``(crossing the road)`` while it crosses. The light and the crossing walkers are not in upstream's
     text; they are here because they decide what a driver should do (the state vector has them too). Speed and
@@ -192,7 +192,7 @@ def observation_text(observation: dict[str, Any]) -> str:
     Raises:
         KeyError: A key above is missing.
 
-    Example:
+    Examples:
         >>> obs = {"speed_kmh": 36.04, "goal_distance": 120.26, "goal_direction": "left", "current_lane": "lane_1",
         ...        "nearby_actors": [{"type": "vehicle.tesla.model3", "id": 1003, "distance": 12.34,
         ...                           "position": "ahead"}],

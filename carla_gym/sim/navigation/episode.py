@@ -3,7 +3,7 @@
 Gym-free and wire-free: the server (`carla_gym.server.environment`) runs it for the navigation families,
 and a Gymnasium env can wrap it the same way. `NavEpisode` resolves
 a `NavSpec`, builds a `NavWorld`, places the goal on the lane graph and runs the upstream action types
-with real-mode semantics (openenv_carla.md section 4.2) and this project's fixes:
+with real-mode semantics (upstream's ``server/carla_environment.py``) and this project's fixes:
 
 | action                  | controls applied (they persist until the next control-changing action)       | ticks |
 |-------------------------|------------------------------------------------------------------------------|-------|
@@ -18,12 +18,14 @@ with real-mode semantics (openenv_carla.md section 4.2) and this project's fixes
 | follow_route            | the agent drives up to route_steps ticks, stopping early on arrival           | n     |
 | capture_image           | nothing (the caller renders)                                                  | 0     |
 
-Choices and fixes (for the README's differences table):
+Choices and fixes (for the documentation's differences table):
 
 * ``maintain_speed`` uses `carla_gym.sim.control.Controls.pedals` (the one cruise rule: error in km/h,
-  gains per km/h, as upstream's real mode; mock's km/h-as-m/s^2 mix, B17, is not reproduced). Inside the
+  gains per km/h, as upstream's real mode; upstream's mock mode uses the km/h error as m/s^2, which is not
+  reproduced). Inside the
   dead band it coasts instead of upstream's throttle 0.1 (the trolley side's rule).
-* ``lane_change`` steers onto the town's neighbour lane (B18, B25) and keeps that lane, taking the
+* ``lane_change`` steers onto the town's neighbour lane (upstream steers a fixed angle that persists, with no
+  lane keeping, and always reports ``lane_0``) and keeps that lane, taking the
   straightest successor at each lane end; no neighbour on that side is a ValueError naming the lane.
   ``target_lane_id`` names lanes as ``current_lane`` does (``lane_<k>`` from the leftmost lane).
 * ``follow_route`` without an agent or without a destination runs no tick (upstream: ``agent.done()``
@@ -32,7 +34,7 @@ Choices and fixes (for the README's differences table):
   for it: ``route_steps`` sets its length.
 * ``set_destination`` off the network or unreachable: ValueError naming it, nothing changed. With x or
   y None it only creates the agent (upstream).
-* Steps after done are refused (`carla_gym.sim.world.EpisodeFinishedError`, B9).
+* Steps after done are refused (`carla_gym.sim.world.EpisodeFinishedError`; upstream keeps paying rewards).
 
 Rewards: one upstream step per tick of a plain action (the ``ticks`` batching extension adds up as
 many single steps, as `carla_gym.sim.decision.decide` does; its interface is the trolley `World`'s, so
@@ -354,7 +356,7 @@ class NavEpisode:
                                       [NPC_TYPE_ID] * n + [WALKER_TYPE_ID] * m)
 
     def observation(self) -> dict[str, Any]:
-        """Upstream's observation fields (openenv_carla.md sections 5.1, 5.3, 5.4) plus ``scenario_data``.
+        """Upstream's observation fields (upstream's ``models.py``) plus ``scenario_data``.
 
         Returns:
             ``location`` (x, y, z) [m], ``rotation`` (pitch, yaw, roll) [deg], ``speed_kmh``, ``goal_distance``
@@ -430,7 +432,7 @@ class NavEpisode:
                 chains several steps builds it once at the end with `observation`).
 
         Raises:
-            EpisodeFinishedError: The episode is done (B9).
+            EpisodeFinishedError: The episode is done (upstream would keep paying rewards).
             ValueError: ``ticks`` is not an integer >= 0, a lane change with no neighbour lane on that side
                 or a ``target_lane_id`` not next to the current lane, or a destination off the network or
                 unreachable; each names the field and the valid range, and nothing is changed.

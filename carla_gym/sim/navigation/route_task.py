@@ -4,14 +4,14 @@ Pure functions over arrays plus one small tracker (`RouteTracker`) that carries 
 counters, so that `carla_gym.envs.navigation.CarlaNavigationEnv` stays a thin adapter (HighwayEnv's
 world model vs env split). Every rule and constant comes from VLM-RL's ``CarlaRouteEnv``
 (``carla_env/envs/carla_route_env.py``, ``carla_env/rewards.py`` ``reward_fn5`` and
-``reward_fn_5_default``, ``config.py``), as described in ../shared/spec/vlm_rl.md sections 2.4-2.6
-and 4.2; where this module differs, the docstring says so.
+``reward_fn_5_default``, ``config.py``, ``eval.py``; https://github.com/zihaosheng/VLM-RL); where this
+module differs, the docstring says so.
 
 Units: speeds in km/h wherever VLM-RL uses km/h (the names end in ``_kmh``), distances in m, angles
 in rad, time in s. Positions are in the simulator's frame (x forward, y to the right of +x, yaw
 positive turning right), as CARLA's left-handed frame: "lateral" is positive to the right.
 
-Example:
+Examples:
     >>> float(speed_reward(10.0)), float(centering_factor(1.5)), float(angle_factor(0.0))
     (0.5, 0.5, 1.0)
     >>> float(base_reward(22.0, 0.0, 0.0, np.zeros(30)))
@@ -29,61 +29,61 @@ import numpy as np
 from carla_gym.sim import constants as C
 
 MIN_SPEED_KMH = 20.0
-"""Below this speed [km/h] the speed reward ramps linearly from 0 (VLM-RL config ``min_speed``; spec 2.6)."""
+"""Below this speed [km/h] the speed reward ramps linearly from 0 (VLM-RL config ``min_speed``)."""
 
 TARGET_SPEED_KMH = 25.0
-"""Up to this speed [km/h] the speed reward is 1 (VLM-RL config ``target_speed``; spec 2.6)."""
+"""Up to this speed [km/h] the speed reward is 1 (VLM-RL config ``target_speed``)."""
 
 MAX_SPEED_KMH = 35.0
 """The speed reward reaches 0 here [km/h], and a faster ego ends the episode: "Too fast" (VLM-RL config
-``max_speed``; spec 2.5, 2.6)."""
+``max_speed``)."""
 
 MAX_DISTANCE = 3.0
 """Distance from the route [m] at which the centring factor reaches 0, and beyond which the episode ends:
-"Off-track" (VLM-RL config ``max_distance``; spec 2.5, 2.6)."""
+"Off-track" (VLM-RL config ``max_distance``)."""
 
 ANGLE_LIMIT = 2.3
-"""VLM-RL's ``angle_diff`` helper returns 0 for angles of at least this magnitude [rad] (spec 2.6)."""
+"""VLM-RL's ``angle_diff`` helper returns 0 for angles of at least this magnitude [rad]."""
 
 ANGLE_DECIMALS = 2
-"""VLM-RL's ``angle_diff`` rounds the angle to 0.01 rad (``round(angle, 2)``; spec 2.6); so does `route_angle`."""
+"""VLM-RL's ``angle_diff`` rounds the angle to 0.01 rad (``round(angle, 2)``); so does `route_angle`."""
 
 STD_WINDOW = 30
 """Number of most recent centre distances whose standard deviation `distance_std_factor` takes (VLM-RL
-``reward_fn5``; spec 2.6)."""
+``reward_fn5``)."""
 
 STD_SCALE = 0.4
-"""Standard deviation [m] at which the distance-std factor reaches 0 (VLM-RL ``reward_fn5``; spec 2.6)."""
+"""Standard deviation [m] at which the distance-std factor reaches 0 (VLM-RL ``reward_fn5``)."""
 
 PENALTY = -10.0
-"""Reward of a terminal failure step (VLM-RL ``create_reward_fn`` ``penalty_reward`` for ``reward_fn5``;
-spec 2.6)."""
+"""Reward of a terminal failure step (VLM-RL ``create_reward_fn`` ``penalty_reward`` for
+``reward_fn5``)."""
 
 STOP_SPEED_KMH = 1.0
-"""Below this speed [km/h] the ego counts as stopped (VLM-RL ``create_reward_fn`` early stop; spec 2.5)."""
+"""Below this speed [km/h] the ego counts as stopped (VLM-RL ``create_reward_fn`` early stop)."""
 
 STOP_TIME = 90.0
-"""Time [s] stopped in a row that ends the episode: "Vehicle stopped" (VLM-RL: 90 x fps steps; spec 2.5)."""
+"""Time [s] stopped in a row that ends the episode: "Vehicle stopped" (VLM-RL: 90 x fps steps)."""
 
 WAYPOINT_SPACING = 1.0
-"""Route resolution [m] (VLM-RL plans with ``GlobalRoutePlanner`` at 1.0 m; spec 2.2, 2.4)."""
+"""Route resolution [m] (VLM-RL plans with ``GlobalRoutePlanner`` at 1.0 m)."""
 
 NUM_WAYPOINTS = 15
-"""Route waypoints the policy observes (VLM-RL ``waypoints`` Box(15, 2); spec 2.2)."""
+"""Route waypoints the policy observes (VLM-RL ``waypoints`` Box(15, 2))."""
 
 WAYPOINT_RANGE = 50.0
-"""Bound [m] of each observed waypoint coordinate (VLM-RL's Box range [-50, 50]; spec 2.2)."""
+"""Bound [m] of each observed waypoint coordinate (VLM-RL's Box range [-50, 50])."""
 
 EVAL_ROUTES: tuple[tuple[int, int], ...] = (
     (48, 21), (0, 72), (28, 83), (61, 39), (27, 14), (6, 67), (61, 49), (37, 64), (33, 80), (12, 30))
 """VLM-RL's 10 evaluation routes, (start, end) spawn indices of Town02, one per evaluation episode in this
-order (``CarlaRouteEnv`` with ``eval=True``; spec 2.4). Applied to another town's spawn list by index."""
+order (``CarlaRouteEnv`` with ``eval=True``). Applied to another town's spawn list by index."""
 
 TRAIN_ROUTES: tuple[tuple[int, int], ...] = (
     (57, 81), (70, 11), (70, 12), (78, 68), (74, 41), (42, 73), (71, 62), (74, 40), (71, 77), (6, 12), (65, 52),
     (63, 80))
 """VLM-RL's 12 training "intersection" routes, (start, end) spawn indices of Town02, cycled on even training
-episodes (``CarlaRouteEnv`` training mode; spec 2.4)."""
+episodes (``CarlaRouteEnv`` training mode)."""
 
 COLLISION, OFF_TRACK, TOO_FAST, STOPPED, SUCCESS = "collision", "off_track", "too_fast", "stopped", "success"
 """Episode end reasons (`termination`): the first four are failures (reward `PENALTY`), the last a success."""
@@ -94,22 +94,22 @@ NO_PROGRESS = "no_progress"
 
 EVAL_NO_PROGRESS_TIME = 10.0
 """VLM-RL's ``eval.py`` ends an episode at ``step_count >= 150`` (10 s at 15 Hz) if the ego has not passed the
-first waypoint (spec 2.5) [s]."""
+first waypoint [s]."""
 
 FAILURES = (COLLISION, OFF_TRACK, TOO_FAST, STOPPED)
 """End reasons that are failures, in the order `termination` checks them."""
 
 SUCCESS_RADIUS = 5.0
 """An episode counts as a success in VLM-RL's evaluation summary when the final ego position lies closer than this
-[m] to the last route waypoint (strictly, ``eucldist(...) < 5`` in ``eval_plots.summary_eval``; spec 4.2)."""
+[m] to the last route waypoint (strictly, ``eucldist(...) < 5`` in ``eval_plots.summary_eval``)."""
 
 CPM_PER_M = 1000.0
-"""Metres per kilometre: VLM-RL's collisions per kilometre ``CPM = 1000 / distance_traveled`` (spec 4.2)."""
+"""Metres per kilometre: VLM-RL's collisions per kilometre ``CPM = 1000 / distance_traveled``."""
 
 OUTCOME_KEYS = ("total_distance", "total_reward", "routes_completed", "speed_mean", "speed_std", "center_dev_mean",
                 "center_dev_std", "reward_mean", "reward_std", "collision_speed", "CPS", "CPM", "success",
                 "termination", "episode_length")
-"""Keys of `RouteTracker.outcome`, VLM-RL's per-episode evaluation summary columns (spec 4.2) plus the end reason
+"""Keys of `RouteTracker.outcome`, VLM-RL's per-episode evaluation summary columns plus the end reason
 and the length; ``collision_interval`` is left out (VLM-RL counts it across episodes, not per episode)."""
 
 
@@ -119,7 +119,7 @@ def spawn_pair(pair: tuple[int, int], num_spawns: int) -> tuple[int, int]:
     CARLA's Town02 has more spawn points (VLM-RL's indices go up to 83) than this simulator's Town02
     analogue (68), so the indices wrap around: a documented difference, the routes are not CARLA's.
 
-    Example:
+    Examples:
         >>> spawn_pair((0, 72), 68)
         (0, 4)
     """
@@ -133,9 +133,9 @@ def speed_reward(speed_kmh):
         speed_kmh: Ego speed [km/h], a float or an array.
 
     Returns:
-        The reward, float64 of the same shape (spec 2.6, ``reward_fn5``).
+        The reward, float64 of the same shape (``reward_fn5``).
 
-    Example:
+    Examples:
         >>> speed_reward(np.array([0.0, 10, 20, 25, 30, 35])).tolist()
         [0.0, 0.5, 1.0, 1.0, 0.5, 0.0]
     """
@@ -150,7 +150,7 @@ def distance_to_line(a, b, p) -> float:
 
     VLM-RL's ``distance_to_line`` (its ``utils.py``), in 2-D.
 
-    Example:
+    Examples:
         >>> distance_to_line((0.0, 0.0), (1.0, 0.0), (5.0, -2.0))
         2.0
     """
@@ -163,7 +163,7 @@ def distance_to_line(a, b, p) -> float:
 
 
 def centering_factor(distance):
-    """VLM-RL's centring factor ``max(1 - d / 3, 0)`` (spec 2.6).
+    """VLM-RL's centring factor ``max(1 - d / 3, 0)``.
 
     ``d`` is the distance from the ego to the line through the current and next route waypoints
     (`RouteTracker`), never to a lane of the road: off the route the factor is 0.
@@ -171,7 +171,7 @@ def centering_factor(distance):
     Args:
         distance: d [m], >= 0, a float or an array.
 
-    Example:
+    Examples:
         >>> centering_factor(np.array([0.0, 1.5, 3.0, 10.0])).tolist()
         [1.0, 0.5, 0.0, 0.0]
     """
@@ -196,7 +196,7 @@ def route_angle(route_yaw: float, velocity_yaw: float, speed: float) -> float:
         The angle in [-2.3, 2.3] (0 from 2.3 rad on, tested before rounding), positive when the velocity
         points right of the route, rounded to 0.01.
 
-    Example:
+    Examples:
         >>> route_angle(0.0, 0.5, 3.0), route_angle(0.0, 0.5, 0.0), route_angle(0.0, 3.0, 3.0)
         (0.5, 0.0, 0.0)
     """
@@ -209,9 +209,9 @@ def route_angle(route_yaw: float, velocity_yaw: float, speed: float) -> float:
 
 
 def angle_factor(theta):
-    """VLM-RL's heading factor ``max(1 - |theta| / (pi / 2), 0)`` (spec 2.6); theta from `route_angle`.
+    """VLM-RL's heading factor ``max(1 - |theta| / (pi / 2), 0)``; theta from `route_angle`.
 
-    Example:
+    Examples:
         >>> angle_factor(np.array([0.0, math.pi / 4, -math.pi / 2, 2.0])).tolist()
         [1.0, 0.5, 0.0, 0.0]
     """
@@ -219,13 +219,13 @@ def angle_factor(theta):
 
 
 def distance_std_factor(distances) -> float:
-    """VLM-RL's stability factor ``max(1 - std(last 30 d) / 0.4, 0)`` (spec 2.6).
+    """VLM-RL's stability factor ``max(1 - std(last 30 d) / 0.4, 0)``.
 
     Args:
         distances: The centre distances [m] of the episode so far, newest last (at least one); only the
             last `STD_WINDOW` count. The standard deviation is numpy's (population, ddof 0).
 
-    Example:
+    Examples:
         >>> distance_std_factor([0.0, 0.4]), distance_std_factor([1.0] * 40)
         (0.5, 1.0)
     """
@@ -234,7 +234,7 @@ def distance_std_factor(distances) -> float:
 
 
 def base_reward(speed_kmh: float, distance: float, theta: float, distances) -> float:
-    """VLM-RL's ``reward_fn5``: speed reward x centring x angle x distance-std factors (spec 2.6).
+    """VLM-RL's ``reward_fn5``: speed reward x centring x angle x distance-std factors.
 
     Args:
         speed_kmh: Ego speed [km/h].
@@ -242,7 +242,7 @@ def base_reward(speed_kmh: float, distance: float, theta: float, distances) -> f
         theta: Angle from `route_angle` [rad].
         distances: Centre-distance history, newest last (`distance_std_factor`).
 
-    Example:
+    Examples:
         >>> base_reward(10.0, 1.5, math.pi / 4, [0.0, 0.4])  # 0.5 * 0.5 * 0.5 * 0.5
         0.0625
     """
@@ -252,7 +252,7 @@ def base_reward(speed_kmh: float, distance: float, theta: float, distances) -> f
 
 @dataclass(frozen=True)
 class RouteRules:
-    """Which early stops apply and their limits (VLM-RL ``early_stop=True``; spec 2.5).
+    """Which early stops apply and their limits (VLM-RL ``early_stop=True``).
 
     The defaults are VLM-RL's training rules; `evaluation_rules` gives its evaluation's (off-track and too-fast
     off, the no-progress stop on).
@@ -284,7 +284,7 @@ class RouteRules:
     def stop_ticks(self, dt: float) -> int:
         """Ticks of ``dt`` seconds stopped in a row that end the episode: ceil(stop_time / dt).
 
-        Example:
+        Examples:
             >>> RouteRules().stop_ticks(0.05), RouteRules().stop_ticks(1 / 15)
             (1800, 1350)
         """
@@ -292,11 +292,11 @@ class RouteRules:
 
 
 def evaluation_rules(stop_time: float = STOP_TIME) -> RouteRules:
-    """VLM-RL's evaluation early stops (``eval=True`` and ``eval.py``; spec 2.5).
+    """VLM-RL's evaluation early stops (``eval=True`` and ``eval.py``).
 
     No off-track, no too-fast, the stop rule, and `NO_PROGRESS` after `EVAL_NO_PROGRESS_TIME`.
 
-    Example:
+    Examples:
         >>> r = evaluation_rules()
         >>> r.max_distance, r.max_speed_kmh, r.no_progress_time
         (inf, inf, 10.0)
@@ -322,7 +322,7 @@ def termination(rules: RouteRules, collided: bool, distance: float, speed_kmh: f
         ticks: Ticks since the reset, this one included (for `RouteRules.no_progress_time`).
         index: The current waypoint (0: the first not yet passed).
 
-    Example:
+    Examples:
         >>> termination(RouteRules(), False, 3.5, 20.0, 0, 0.05, False)
         'off_track'
         >>> termination(RouteRules(), False, 0.1, 20.0, 0, 0.05, True)
@@ -355,7 +355,7 @@ def advance_index(waypoints: np.ndarray, yaw: np.ndarray, index: int, xy) -> int
         index: The current waypoint before the move, in [0, M).
         xy: Ego position (2,) [m].
 
-    Example:
+    Examples:
         >>> wp = np.stack([np.arange(5.0), np.zeros(5)], axis=1)
         >>> advance_index(wp, np.zeros(5), 0, (2.5, 0.3)), advance_index(wp, np.zeros(5), 0, (9.0, 0.0))
         (2, 4)
@@ -383,7 +383,7 @@ def route_distance(waypoints: np.ndarray, index: int, xy) -> float:
 
 
 def waypoints_ahead(waypoints: np.ndarray, yaw: np.ndarray, index: int, count: int = NUM_WAYPOINTS) -> np.ndarray:
-    """``count`` route waypoints from ``index`` on, padded by extrapolating the last segment (spec 2.2).
+    """``count`` route waypoints from ``index`` on, padded by extrapolating the last segment.
 
     Args:
         waypoints: Route positions (M, 2) [m], about `WAYPOINT_SPACING` apart.
@@ -394,7 +394,7 @@ def waypoints_ahead(waypoints: np.ndarray, yaw: np.ndarray, index: int, count: i
     Returns:
         (count, 2) float64 [m], world frame.
 
-    Example:
+    Examples:
         >>> wp = np.stack([np.arange(3.0), np.zeros(3)], axis=1)
         >>> waypoints_ahead(wp, np.zeros(3), 1, 4)[:, 0].tolist()
         [1.0, 2.0, 3.0, 4.0]
@@ -414,9 +414,9 @@ def waypoints_ahead(waypoints: np.ndarray, yaw: np.ndarray, index: int, count: i
 def to_ego_frame(points: np.ndarray, xy, yaw: float) -> np.ndarray:
     """World points (N, 2) [m] as (lateral, longitudinal) [m] in the ego frame, VLM-RL's waypoint order.
 
-    VLM-RL rotates by the ego yaw and swaps the axes (spec 2.2); lateral is positive to the right.
+    VLM-RL rotates by the ego yaw and swaps the axes; lateral is positive to the right.
 
-    Example:
+    Examples:
         >>> to_ego_frame(np.array([[10.0, 2.0]]), (0.0, 0.0), 0.0).tolist()
         [[2.0, 10.0]]
     """
@@ -454,7 +454,7 @@ class RouteStep:
 
 @dataclass
 class RouteTracker:
-    """One episode's route bookkeeping: current waypoint, distances, averages, the stop timer (spec 2.5-2.6, 4.2).
+    """One episode's route bookkeeping: current waypoint, distances, averages, the stop timer.
 
     Attributes:
         waypoints: Route positions (M, 2) [m].
@@ -497,7 +497,7 @@ class RouteTracker:
 
     @property
     def routes_completed(self) -> float:
-        """``(index + 1) / M``: VLM-RL's ``routes_completed`` of one route (spec 4.2), in (0, 1]."""
+        """``(index + 1) / M``: VLM-RL's ``routes_completed`` of one route, in (0, 1]."""
         return (self.index + 1) / len(self.waypoints)
 
     @property
@@ -562,7 +562,7 @@ class RouteTracker:
         return math.sqrt(max(m2, 0.0) / (self.steps - 1)) if self.steps > 1 else 0.0
 
     def outcome(self, success_radius: float = SUCCESS_RADIUS) -> dict[str, float | int | bool | str]:
-        """VLM-RL's per-episode evaluation summary (``eval_plots.summary_eval``; spec 4.2) of the ticks so far.
+        """VLM-RL's per-episode evaluation summary (``eval_plots.summary_eval``) of the ticks so far.
 
         Meant for the end of an episode (the env gives it as ``info["outcome"]`` on the terminal step), but
         defined at any time. Means and standard deviations run over every tick (standstill included); the
@@ -585,7 +585,7 @@ class RouteTracker:
             ``success_radius`` to the last waypoint (whatever ended the episode); ``termination``, the end
             reason ("" while running); ``episode_length`` [ticks].
 
-        Example:
+        Examples:
             >>> wp = np.stack([np.arange(3.0), np.zeros(3)], axis=1)
             >>> t = RouteTracker(wp, np.zeros(3), RouteRules(), 0.05, np.zeros(2))
             >>> _ = t.update((1.0, 0.0), 0.0, 5.0, True)
@@ -618,7 +618,7 @@ class RouteTracker:
 def _welford(total: float, m2: float, n: int, x: float) -> tuple[float, float]:
     """Welford's online update: the new sum and sum of squared deviations after adding the ``n``-th value ``x``.
 
-    Example:
+    Examples:
         >>> _welford(*_welford(0.0, 0.0, 1, 1.0), 2, 3.0)  # values 1, 3: sum 4, squared deviations 2
         (4.0, 2.0)
     """

@@ -1,7 +1,8 @@
 """Navigation rules: episode end, raw reward, rubric reward and outcome (maze_navigation, free_roam).
 
 The one definition of how a navigation episode is scored. Semantics follow upstream
-(openenv_carla.md sections 2.6, 2.7, 3, 6) with the fixes listed in `DIFFERENCES`.
+(``server/benchmark_scenarios/maze.py``, ``free_roam.py`` and ``server/rubrics.py`` under `UPSTREAM_URL`)
+with the fixes listed in `DIFFERENCES`.
 
 Episode end (upstream ``is_done``, both families), checked after each tick in this order:
 
@@ -9,23 +10,22 @@ Episode end (upstream ``is_done``, both families), checked after each tick in th
 * ``"goal_reached"``: the 2D goal distance is below ``success_radius`` (strict, as upstream);
 * ``"max_steps"``: the step count reached ``max_steps`` (a truncation, see `is_truncation`).
 
-Raw reward per step (upstream section 6.1):
+Raw reward per step (upstream's ``compute_outcome``):
 
 * free roam: ``(prev_d - d) / initial_d`` + `ARRIVAL_BONUS` on the arrival step + `COLLISION_PENALTY`
   on the step a collision is registered + `TIME_COST`;
 * maze: `MAZE_GOAL_REWARD` on the arrival step, `MAZE_COLLISION_REWARD` on the collision step, else 0;
-* any step after the episode ended: 0.0 (B9).
+* any step after the episode ended: 0.0 (upstream keeps paying the arrival bonus and the collision penalty).
 
 Rubric reward (upstream ``CarlaNavigationRubric``): the raw reward.
 
-Example:
+Examples:
     >>> float(raw_reward("free_roam", prev_d=100.0, d=99.0, initial_d=100.0))
     0.0
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -34,59 +34,81 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.navigation.scenarios import FREE_ROAM, MAZE, NavSpec
 
 ARRIVAL_BONUS = 10.0
-"""Free-roam reward on arrival (upstream ``FreeRoamScenario.compute_outcome``, section 2.7)."""
+"""Free-roam reward on arrival (upstream ``FreeRoamScenario.compute_outcome``)."""
 COLLISION_PENALTY = -5.0
-"""Free-roam reward on a collision (upstream, section 2.7)."""
+"""Free-roam reward on a collision (upstream ``FreeRoamScenario.compute_outcome``)."""
 TIME_COST = -0.01
-"""Free-roam reward per step (upstream, section 2.7)."""
+"""Free-roam reward per step (upstream ``FreeRoamScenario.compute_outcome``)."""
 MAZE_GOAL_REWARD = 1.0
-"""Maze reward on arrival (upstream ``MazeScenario.compute_outcome``, section 2.6)."""
+"""Maze reward on arrival (upstream ``MazeScenario.compute_outcome``)."""
 MAZE_COLLISION_REWARD = -1.0
-"""Maze reward on a collision (upstream, section 2.6)."""
+"""Maze reward on a collision (upstream ``MazeScenario.compute_outcome``)."""
 
 DONE_REASON = "scenario_complete"
-"""The wire's ``done_reason`` when done, as upstream (section 3); the specific reason is in the outcome."""
+"""The wire's ``done_reason`` when done, as upstream; the specific reason is in the outcome."""
 END_REASONS = ("collision", "goal_reached", "max_steps")
 """Values of `end_reason` (and ``outcome["end_reason"]``), in the order they are checked."""
 
 COLLISION_KINDS = ("vehicle", "walker", "other")
 """Keys of ``outcome["collisions"]``: by the type id's first component (``vehicle.*``, ``walker.*``)."""
 
+UPSTREAM_URL = "https://github.com/meta-pytorch/OpenEnv/blob/main/envs/carla_env/"
+"""Where upstream's OpenEnv CARLA environment lives; the files of `DIFFERENCES` are relative to it."""
+
+UPSTREAM_FILES = (
+    "models.py",
+    "server/carla_environment.py",
+    "server/rubrics.py",
+    "server/benchmark_scenarios/__init__.py",
+    "server/benchmark_scenarios/maze.py",
+    "server/benchmark_scenarios/free_roam.py",
+)
+"""Upstream files that `DIFFERENCES` names, relative to `UPSTREAM_URL`."""
+
+_ENV, _NAMES, _MAZE, _FREE_ROAM = UPSTREAM_FILES[1], UPSTREAM_FILES[3], UPSTREAM_FILES[4], UPSTREAM_FILES[5]
+
 DIFFERENCES = (
-    ("B4", "maze: no goal is ever placed; goal_distance=150 is unused; reward always 0",
+    (_MAZE, "maze: no goal is ever placed; goal_distance=150 is unused; reward always 0",
      "a goal is placed about goal_distance (150 m) of route away; arrival and collision end the episode"),
-    ("B13", "free_roam_<Map> refuses map names with '_' (free_roam_Town10HD_Opt)", "Town10HD_Opt is accepted"),
-    ("B11", "weather 'random' given as an override is never resolved",
+    (_NAMES, "free_roam_<Map> refuses map names with '_' (free_roam_Town10HD_Opt)",
+     "Town10HD_Opt is accepted"),
+    (_FREE_ROAM, "weather 'random' given as an override is never resolved",
      "'random' is drawn from the presets at every reset with the episode's generator"),
-    ("B9", "arrival bonus (+10) and collision penalty (-5) are paid on every step the condition holds, "
-     "also after done", "each is paid once, on the step it happens; steps after done score 0"),
-    ("B3", "real mode: goal_distance and collision never reach is_done; reward -inf then NaN",
+    (_FREE_ROAM, "arrival bonus (+10) and collision penalty (-5) are paid on every step the condition "
+     "holds, also after done", "each is paid once, on the step it happens; steps after done score 0"),
+    (_ENV, "real mode: goal_distance and collision never reach is_done; reward -inf then NaN",
      "goal distance and collisions always feed the end check and the reward"),
-    ("B19", "goal_direction is the world-frame compass sector (east/north/west/south)",
+    (_ENV, "goal_direction is the world-frame compass sector (east/north/west/south)",
      "forward/right/behind/left relative to the ego heading, same 45/135 deg boundaries"),
-    ("B18", "current_lane is always 'lane_0'", "lane_<k> counted from the leftmost lane of the ego's direction"),
-    ("B27", "nearby_actors in world order", "nearest first"),
-    ("B19", "is_truncated never set", "reaching max_steps is a truncation, arrival and collision terminations"),
-    ("§2.7", "goal drawn by straight-line distance in [min, max] from shuffled spawn points",
+    (_ENV, "current_lane is always 'lane_0'",
+     "lane_<k> counted from the leftmost lane of the ego's direction"),
+    (_ENV, "nearby_actors in world order", "nearest first"),
+    (_ENV, "is_truncated never set",
+     "reaching max_steps is a truncation, arrival and collision terminations"),
+    (_FREE_ROAM, "goal drawn by straight-line distance in [min, max] from shuffled spawn points",
      "goal drawn uniformly among candidates whose route distance is in [min, max]; with none in range, the "
      "farthest reachable one (the maze: the nearest to goal_distance), as upstream's fallback; "
      "scenario_data['route_length'] tells"),
-    ("§2.7", "goal_location is used only with random_goal=False; otherwise silently ignored",
+    (_FREE_ROAM, "goal_location is used only with random_goal=False; otherwise silently ignored",
      "goal_location alone fixes the goal; contradicting random_goal is an error; a goal off the lanes is an error"),
-    ("§2.2", "unknown scenario_config keys are silently ignored", "they are an error naming the valid keys"),
-    ("§5.2", "upstream's prompt wording", "this project's wording with the same value (success radius) and tools"),
-    ("§3", "done_reason is only 'scenario_complete'",
+    (_NAMES, "unknown scenario_config keys are silently ignored",
+     "they are an error naming the valid keys"),
+    (_FREE_ROAM, "upstream's prompt wording (maze.py alike)",
+     "this project's wording with the same value (success radius) and tools"),
+    (_ENV, "done_reason is only 'scenario_complete'",
      "the same on the wire; outcome['end_reason'] says collision, goal_reached or max_steps"),
 )
-"""How the navigation rules differ from upstream: (spec section or bug, upstream, here), for the
-README's differences table. Sections and bugs are those of openenv_carla.md."""
-
-_REF = re.compile(r"(B[0-9]+|§[0-9]+(\.[0-9]+)*)")
+"""How the navigation rules differ from upstream: (upstream file, upstream, here), for the documentation's
+differences table. The file is one of `UPSTREAM_FILES`, relative to `UPSTREAM_URL`."""
 
 
 def is_spec_reference(ref: str) -> bool:
-    """Whether ``ref`` names a bug (``B4``) or a section (``§2.7``) of openenv_carla.md."""
-    return _REF.fullmatch(ref) is not None
+    """Whether ``ref`` names an upstream file of `UPSTREAM_FILES` (the source of a `DIFFERENCES` row).
+
+    >>> is_spec_reference("server/benchmark_scenarios/maze.py"), is_spec_reference("maze.py")
+    (True, False)
+    """
+    return ref in UPSTREAM_FILES
 
 
 def end_reason(spec: NavSpec, step: int, goal_dist: float, collided: bool) -> str | None:
@@ -116,7 +138,7 @@ def is_truncation(reason: str | None) -> bool:
 
 
 def raw_reward(family: str, prev_d, d, initial_d, arrived=False, collided=False, was_done=False) -> np.ndarray:
-    """Upstream's navigation raw reward with B9 fixed; vectorised over any leading batch shape.
+    """Upstream's navigation raw reward, paid once per event and 0 after done; vectorised over any batch shape.
 
     Args:
         family: ``"free_roam"`` or ``"maze_navigation"``.
@@ -149,7 +171,7 @@ def raw_reward(family: str, prev_d, d, initial_d, arrived=False, collided=False,
 
 
 def rubric_reward(raw: float) -> float:
-    """Upstream ``CarlaNavigationRubric``: the raw reward, passed through (section 6.2)."""
+    """Upstream ``CarlaNavigationRubric``: the raw reward, passed through (upstream's ``server/rubrics.py``)."""
     return raw
 
 

@@ -1,6 +1,6 @@
 """Navigation scenario names and configs: ``maze_navigation`` and ``free_roam[_<Map>[_v<N>][_p<M>]]``.
 
-Accepted names (upstream OpenEnv CARLA, openenv_carla.md section 2.2, with bug B13 fixed):
+Accepted names (upstream's ``server/benchmark_scenarios/__init__.py``, with map names containing ``_`` accepted):
 
 | Pattern                                  | Family          | Notes                                          |
 |------------------------------------------|-----------------|------------------------------------------------|
@@ -9,11 +9,11 @@ Accepted names (upstream OpenEnv CARLA, openenv_carla.md section 2.2, with bug B
 | ``free_roam_<Map>[_v<N>][_p<M>]``        | free_roam       | N NPC vehicles, M walkers, ``_v`` before ``_p`` |
 
 ``<Map>`` is one of `MAP_NAMES` (``Town10HD_Opt`` included: upstream's regex forbids ``_`` in the
-map name, B13), N in 0..`MAX_NPC_VEHICLES`, M in 0..`MAX_PEDESTRIANS`. ``scenario_config`` may
+map name), N in 0..`MAX_NPC_VEHICLES`, M in 0..`MAX_PEDESTRIANS`. ``scenario_config`` may
 override every field of upstream's ``FreeRoamConfig`` / ``MazeConfig`` and of the common
 ``ScenarioConfig`` (`NAV_OVERRIDE_KEYS`); a key upstream lacks is an error, not silently dropped.
 
-Example:
+Examples:
     >>> spec = resolve_nav_scenario("free_roam_Town10HD_Opt_v5_p3")
     >>> spec.map_name, spec.num_npc_vehicles, spec.num_pedestrians, spec.success_radius
     ('Town10HD_Opt', 5, 3, 10.0)
@@ -42,11 +42,11 @@ MAP_NAMES = TOWN_NAMES
 """Map names accepted in ``free_roam_<Map>`` and ``map_name`` (the towns package's one list)."""
 
 DEFAULT_MAP = "Town10HD_Opt"
-"""Map when none is named: upstream's default and only shipped map (openenv_carla.md section 5.5, ``town``)."""
+"""Map when none is named: upstream's default and only shipped map (the state's ``town``)."""
 
 MAX_NPC_VEHICLES = 100
-"""Largest N in ``_v<N>`` / ``num_npc_vehicles`` (this project's bound: twice the 40-vehicle traffic
-target of issue 14, above the 80-vehicle benchmark point)."""
+"""Largest N in ``_v<N>`` / ``num_npc_vehicles`` (this project's bound: twice the 40-vehicle dense
+traffic of VLM-RL's routes, above the 80-vehicle benchmark point)."""
 
 MAX_PEDESTRIANS = 100
 """Largest M in ``_p<M>`` / ``num_pedestrians`` (this project's bound, as `MAX_NPC_VEHICLES`)."""
@@ -62,11 +62,12 @@ MAX_COORDINATE = 100_000.0
 """Largest |coordinate| [m] of ``goal_location`` (this project's bound; towns span a few km at most)."""
 
 RANDOM_WEATHER = "random"
-"""Weather value resolved to one of `WEATHER_PRESETS` per episode by `pick_weather` (upstream B11)."""
+"""Weather value resolved to one of `WEATHER_PRESETS` per episode by `pick_weather` (upstream never resolves
+it when given as an override)."""
 
 FREE_ROAM_PRESETS = {"default": (0, 0), "traffic": (5, 3), "heavy": (15, 10)}
 """Upstream's example densities (``num_npc_vehicles``, ``num_pedestrians``): free-roam-default,
--traffic and -heavy (openenv_carla.md section 2.2, navigation.md section 1). They are
+-traffic and -heavy (upstream's ``examples/carla_env/config.py``). They are
 ``scenario_config`` overrides upstream, not names."""
 
 _FREE_ROAM_NAME = re.compile(r"free_roam_([A-Za-z0-9_]+?)(?:_v([0-9]+))?(?:_p([0-9]+))?")
@@ -87,7 +88,7 @@ NAV_OVERRIDE_KEYS = {
                 "goal_location", "route_distance_min", "route_distance_max"),
 }
 """``scenario_config`` keys per family: upstream's ``ScenarioConfig`` fields plus ``MazeConfig``
-(openenv_carla.md section 2.6) or ``FreeRoamConfig`` (section 2.7) fields."""
+(upstream's ``maze.py``) or ``FreeRoamConfig`` (upstream's ``free_roam.py``) fields."""
 
 NAV_IGNORED_KEYS = ("name", "description", "vehicle_blueprint", "auto_observe", "idle_ticks")
 """Common keys checked but without effect here; the reasons are `carla_gym.sim.scenarios.IGNORED_KEYS`."""
@@ -97,7 +98,7 @@ DEFAULTS = {
     FREE_ROAM: dict(success_radius=10.0, route_distance_min=100.0, route_distance_max=500.0, max_steps=500),
 }
 """Upstream defaults: ``MazeConfig`` success_radius 5 m, goal_distance 150 m, alias max_steps 200
-(section 2.6); ``FreeRoamConfig`` success_radius 10 m, route 100-500 m, max_steps 500 (section 2.7)."""
+(upstream's ``maze.py``); ``FreeRoamConfig`` success_radius 10 m, route 100-500 m, max_steps 500 (``free_roam.py``)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,8 @@ class NavSpec:
         goal_location: Fixed goal (x, y, z) [m], or None.
         route_distance_min: Free roam: smallest route distance [m] of a drawn goal.
         route_distance_max: Free roam: largest route distance [m] of a drawn goal.
-        goal_distance: Maze: route distance [m] of the goal (upstream field, unused there: B4); None for free roam.
-        max_steps: Episode length in upstream steps (``env_step``, openenv_carla.md sections 1.4 and 3):
+        goal_distance: Maze: route distance [m] of the goal (upstream field, unused there); None for free roam.
+        max_steps: Episode length in upstream steps (upstream's ``env_step``):
             each action counts one (``follow_route`` one whatever its ticks; ``capture_image`` none; with
             the ``ticks`` batching each tick one), not ticks.
         weather: One of `WEATHER_PRESETS` or ``"random"`` (see `pick_weather`).
@@ -216,7 +217,7 @@ def check_weather(value: Any) -> str:
 def pick_weather(weather: str, rng: np.random.Generator) -> str:
     """The episode's weather: ``weather`` itself, or for ``"random"`` a preset drawn with ``rng``.
 
-    Upstream resolves ``"random"`` only when given to the constructor and never as an override (B11);
+    Upstream resolves ``"random"`` only when given to the constructor and never as an override;
     here it is resolved at every reset, after overrides, from the episode's generator.
 
     Args:
@@ -240,7 +241,7 @@ def resolve_nav_scenario(name: str, overrides: dict[str, Any] | None = None) -> 
     Differences from upstream (see `carla_gym.sim.navigation.rules.DIFFERENCES`): unknown keys are an
     error; ``goal_location`` alone fixes the goal (upstream also needed ``random_goal: false``) and
     ``random_goal: true`` with a ``goal_location``, or ``random_goal: false`` without one, is refused
-    (upstream silently draws a goal); the maze's ``goal_distance`` is honoured (B4).
+    (upstream silently draws a goal); the maze's ``goal_distance`` is honoured (upstream never places a maze goal).
 
     Args:
         name: A navigation scenario name (see `NAME_PATTERNS`).
@@ -347,7 +348,7 @@ class GoalChoice:
 def place_goal(spec: NavSpec, route_distances, rng: np.random.Generator) -> GoalChoice:
     """Choose the goal among candidate points (spawn points or lane points) by route distance.
 
-    * Maze (B4: upstream never places one): uniform among candidates within `MAZE_GOAL_TOLERANCE`
+    * Maze (upstream never places one): uniform among candidates within `MAZE_GOAL_TOLERANCE`
       of ``spec.goal_distance``; else the candidate whose route distance is nearest to it.
     * Free roam: uniform among candidates with route distance in [``route_distance_min``,
       ``route_distance_max``] (upstream shuffles spawn points and takes the first in range, which is the
@@ -423,7 +424,7 @@ def resolve_any_scenario(name: str, config: dict | None = None, seed: int | None
         ValueError: An unknown name or invalid overrides, naming the value and the valid choices (an unknown
             name lists the trolley and the navigation names).
 
-    Example:
+    Examples:
         >>> resolve_any_scenario("maze_navigation").family, resolve_any_scenario("trolley_generated_test").family
         ('maze_navigation', 'trolley_generated')
     """

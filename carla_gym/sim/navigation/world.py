@@ -126,7 +126,7 @@ CROSSWALK_STOP_MARGIN = 0.5
 
 AUTOPILOT_HORIZON = 50.0
 """Distance along the ego's route [m] searched for vehicles and walkers by `NavWorld.autopilot_control`
-(own choice: the behaviour agent's detection range is at most 70 / 3 m, navigation.md section 2)."""
+(own choice: the behaviour agent's detection range is at most 70 / 3 m, as CARLA's BehaviorAgent)."""
 
 AUTOPILOT_BACK = 10
 """Waypoints behind the planner's queue front searched for the ego's centre (`NavWorld.autopilot_control`): at
@@ -147,7 +147,7 @@ _LANE_CHANGES = (int(RoadOption.CHANGELANELEFT), int(RoadOption.CHANGELANERIGHT)
 
 CURVE_BRAKING = URBAN.comfortable_deceleration
 """Deceleration [m/s^2] with which the ego's route speed limits fall towards a slower curve ahead
-(`route_speed_limits`): the IDM's comfortable braking b, 2 m/s^2 (navigation.md section 4)."""
+(`route_speed_limits`): the IDM's comfortable braking b, 2 m/s^2 (Treiber, Hennecke, Helbing 2000)."""
 
 LANE_CHANGE_GAP = 2.0
 """Free distance [m] the autopilot wants on the target lane, ahead of and behind the ego's footprint, before
@@ -183,7 +183,7 @@ def route_speed_limits(curve_speed: np.ndarray, waypoints: np.ndarray, braking: 
     Returns:
         (M,) float64 [m/s], each at most ``curve_speed``.
 
-    Example:
+    Examples:
         >>> xy = np.stack([np.arange(6.0), np.zeros(6)], axis=1)
         >>> route_speed_limits(np.array([10.0, 10, 10, 10, 2, 2]), xy, braking=2.0).round(3).tolist()
         [4.472, 4.0, 3.464, 2.828, 2.0, 2.0]
@@ -308,7 +308,7 @@ class NavWorld:
             n_walkers: Walkers M, >= 0; 0 in a town without sidewalks (Town06, a highway).
             seed: Seed of the world's only Generator.
             jaywalk_share: Share of walkers that jaywalk, in [0, 1].
-            idm: NPC car-following parameters (navigation.md section 4's urban set).
+            idm: NPC car-following parameters (typical urban values of the IDM literature).
             dt: Tick length [s], > 0.
             ego_spawn: Index of the ego's spawn point, in [0, spawn points); None: drawn with the NPCs' (the
                 default; with an index the draws differ, so a seed's NPCs differ from the default's).

@@ -1,8 +1,8 @@
 """VLM-RL's rasterised bird's-eye view (CARLA-Roach style): road, lane markings and a vehicle history.
 
-Gym-free (numpy and `carla_gym.sim` only). VLM-RL's policy observation ``seg_camera`` (../shared/spec/vlm_rl.md
-section 2.2) is a (192, 192, 6) uint8 image at 5 px/m (38.4 m square), ego-aligned with forward up and the ego
-40 px above the bottom edge, with the channels
+Gym-free (numpy and `carla_gym.sim` only). VLM-RL's policy observation ``seg_camera`` (VLM-RL's
+``carla_env/state_commons.py``) is a (192, 192, 6) uint8 image at 5 px/m (38.4 m square), ego-aligned
+with forward up and the ego 40 px above the bottom edge, with the channels
 
 | Channel | Content | Values |
 |---------|---------|--------|
@@ -20,7 +20,7 @@ Pixel geometry: pixel (row, col) has its centre (row + 0.5, col + 0.5) in image 
 sits at (`EGO_ROW`, `BEV_SIZE` / 2) = (152, 96), on the corner between pixels, so a point f metres ahead and
 r metres to the right lies at row ``152 - 5 f`` and column ``96 + 5 r``.
 
-Example:
+Examples:
     >>> from carla_gym.sim.town import get_town
     >>> town = get_town("Town02")
     >>> sp = town.spawn_points
@@ -48,28 +48,28 @@ from carla_gym.sim.town.network import Marking, Town
 from carla_gym.sim.town.render import ASPHALT, _band, _cells, town_ground
 
 BEV_SIZE = 192
-"""Width and height of the raster [px] (VLM-RL ``seg_camera`` Box(192, 192, 6); spec 2.2)."""
+"""Width and height of the raster [px] (VLM-RL ``seg_camera`` Box(192, 192, 6))."""
 
 PIXELS_PER_METER = 5.0
-"""Raster scale [px/m]: 192 px = 38.4 m (VLM-RL / Roach ``pixels_per_meter``; spec 2.2)."""
+"""Raster scale [px/m]: 192 px = 38.4 m (VLM-RL / Roach ``pixels_per_meter``)."""
 
 EGO_FROM_BOTTOM = 40
-"""The ego centre lies this many pixels above the bottom edge (8 m; VLM-RL ``pixels_ev_to_bottom``; spec 2.2)."""
+"""The ego centre lies this many pixels above the bottom edge (8 m; VLM-RL ``pixels_ev_to_bottom``)."""
 
 EGO_ROW = BEV_SIZE - EGO_FROM_BOTTOM
 """Image row coordinate of the ego centre: 152 (pixel rows 0-151 lie ahead of it)."""
 
 VEHICLE_RANGE = 39.0
 """Vehicles are drawn when their centre lies within this distance of the ego's along both world axes [m]
-(VLM-RL ``|dx|, |dy| < 39``; spec 2.2), measured when the frame is recorded."""
+(VLM-RL ``|dx|, |dy| < 39``), measured when the frame is recorded."""
 
 MIN_HALF_EXTENT = 0.8
 """Smallest half length and half width of a drawn vehicle box [m] (VLM-RL: boxes at scale 1.0, half-extents at
-least 0.8 m; spec 2.2)."""
+least 0.8 m)."""
 
 HISTORY_SECONDS = (1.0, 2.0 / 3.0, 1.0 / 3.0, 0.0)
 """Age of the vehicle frames of channels 2-5 [s]: VLM-RL's queue indices -16, -11, -6, -1 of a 20-frame queue at
-15 Hz are 15, 10, 5 and 0 frames back (spec 2.2)."""
+15 Hz are 15, 10, 5 and 0 frames back."""
 
 HISTORY_TICKS = tuple(round(age / C.DT) for age in HISTORY_SECONDS)
 """Ticks back of channels 2-5 at this simulator's 0.05 s tick: (20, 13, 7, 0), the nearest to `HISTORY_SECONDS`
@@ -80,7 +80,7 @@ ROAD_VALUE = 255
 SOLID_VALUE = 255
 """Solid lane markings in channel 1 (Roach: all markings 255 ...)."""
 BROKEN_VALUE = 120
-"""... except broken ones, 120 (VLM-RL / Roach ``lane_marking_white_broken``; spec 2.2)."""
+"""... except broken ones, 120 (VLM-RL / Roach ``lane_marking_white_broken``)."""
 VEHICLE_VALUE = 255
 """Vehicle pixels of channels 2-5 (Roach: 0/255 masks)."""
 

@@ -117,7 +117,7 @@ def resample(poly: np.ndarray, step: float) -> np.ndarray:
 
     The first and last points are kept exactly; n = ceil(length / step) segments of equal length.
 
-    Example:
+    Examples:
         >>> resample(np.array([[0.0, 0.0], [2.5, 0.0]]), 1.0)[:, 0].tolist()
         [0.0, 0.8333333333333334, 1.6666666666666667, 2.5]
     """

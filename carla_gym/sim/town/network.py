@@ -7,7 +7,7 @@ lane's last point is its successors' first point. Frame as the rest of the simul
 [rad] (positive turning right), positive lateral offsets to the right; traffic drives on the right.
 
 The geometry is a procedural analogue, not CARLA's: only the names and the character of CARLA's
-towns carry over (navigation.md section 3).
+towns carry over (CARLA's town catalogue).
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def light_state(town: Town, t: float | np.ndarray) -> np.ndarray:
     Raises:
         ValueError: If any ``t`` is negative or not finite.
 
-    Example:
+    Examples:
         >>> from carla_gym.sim.town import get_town
         >>> town = get_town("Town05")
         >>> lit = int(np.flatnonzero(town.light_phase == 0)[0])

@@ -1,6 +1,6 @@
 """Numpy renderer of a town: front camera, bird's-eye view and VLM-RL's top-down reward camera.
 
-Foundation for issue 14, not yet used by the env. The ground of a town (grass, sidewalks,
+Used by `CarlaNavigation-v0` and the server's navigation sessions. The ground of a town (grass, sidewalks,
 asphalt lanes and junctions, white and yellow lane markings, zebra crosswalks) is rasterised
 once per town into a class grid of `RASTER_RESOLUTION` metres (`town_ground`, cached) with
 coarser copies (each cell the highest class of the 2 x 2 cells below it, so markings survive);
@@ -23,7 +23,7 @@ Views (the camera models of `carla_gym.sim.render`, the trolley renderer):
 
 Frames are built channel-first (3, H, W); `render_town` returns (H, W, 3) unless asked.
 
-Example:
+Examples:
     >>> from carla_gym.sim.town import get_town
     >>> town = get_town("Town02")
     >>> sp = town.spawn_points

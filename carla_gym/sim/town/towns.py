@@ -1,6 +1,6 @@
 """The eight towns: deterministic procedural analogues of CARLA's maps, built once and cached.
 
-Only the names users type and each town's character (navigation.md section 3) carry over; the
+Only the names users type and each town's character (CARLA's town catalogue) carry over; the
 geometry is this project's, not CARLA's. Layouts are written as lines through node positions
 [m]: every line vertex is a node, a line is split wherever another line's vertex lies on it, and
 consecutive nodes along a line become one road.
@@ -164,7 +164,7 @@ _LAYOUTS = {
     "Town05": _town05, "Town06": _town06, "Town07": _town07, "Town10HD": _town10hd,
 }
 ALIASES = {"Town10HD_Opt": "Town10HD"}
-"""Other names of towns: upstream's default map is ``Town10HD_Opt`` (navigation.md section 3)."""
+"""Other names of towns: upstream's default map is ``Town10HD_Opt`` (CARLA's town catalogue)."""
 
 TOWN_NAMES = (*_LAYOUTS, *ALIASES)
 """Every name `get_town` accepts."""
@@ -192,7 +192,7 @@ def get_town(name: str) -> Town:
     Raises:
         ValueError: If ``name`` is not one of `TOWN_NAMES`.
 
-    Example:
+    Examples:
         >>> get_town("Town10HD_Opt") is get_town("Town10HD")
         True
     """

@@ -3,7 +3,7 @@
 a = a_max [1 - (v / v0)^delta - (s* / s)^2],  s* = s0 + v T + v dv / (2 sqrt(a_max b)),
 
 for a follower at speed v, desired speed v0, bumper-to-bumper gap s to its leader and approach
-rate dv = v - v_leader (navigation.md section 4). Without a leader (s = inf) the interaction term
+rate dv = v - v_leader (Treiber, Hennecke, Helbing 2000). Without a leader (s = inf) the interaction term
 vanishes: a = a_max [1 - (v / v0)^delta]. In a steady platoon (dv = 0, a = 0) the gap is
 s_e = (s0 + v T) / sqrt(1 - (v / v0)^delta).
 """
@@ -19,7 +19,7 @@ from carla_gym.sim import constants as C
 
 @dataclass(frozen=True)
 class IDMParams:
-    """IDM parameters; defaults are navigation.md section 4's typical urban values.
+    """IDM parameters; defaults are the IDM literature's typical urban values.
 
     Attributes:
         time_headway: T [s]: 1.5 (urban set).
@@ -42,7 +42,7 @@ class IDMParams:
 
 
 URBAN = IDMParams()
-"""The urban parameter set (navigation.md section 4)."""
+"""The urban parameter set (Treiber, Hennecke, Helbing 2000)."""
 
 
 def idm_acceleration(speed, desired_speed, gap, leader_speed, p: IDMParams = URBAN) -> np.ndarray:

@@ -25,14 +25,14 @@ from carla_gym.sim.traffic.polylines import Polylines
 from carla_gym.sim.traffic.vehicles import Vehicles, make_vehicles
 
 URBAN_SPEED_LIMIT = 50.0 / C.KMH_PER_MS
-"""Default lane speed limit [m/s]: 50 km/h, the urban limit (the normal BehaviorAgent's max_speed, navigation.md
-section 2)."""
+"""Default lane speed limit [m/s]: 50 km/h, the urban limit (the normal CARLA BehaviorAgent's
+max_speed)."""
 
 LOOKAHEAD_BASE = 3.0
-"""Pure-pursuit lookahead at standstill [m]: CARLA LocalPlanner base_min_distance (navigation.md section 2)."""
+"""Pure-pursuit lookahead at standstill [m]: CARLA LocalPlanner base_min_distance (CARLA's agents)."""
 
 LOOKAHEAD_PER_SPEED = 0.5
-"""Pure-pursuit lookahead growth [s] (metres per m/s): CARLA LocalPlanner distance_ratio (navigation.md section 2)."""
+"""Pure-pursuit lookahead growth [s] (metres per m/s): CARLA LocalPlanner distance_ratio (CARLA's agents)."""
 
 LEADER_HORIZON = 60.0
 """Default distance ahead [m] searched for a leader: beyond the IDM's reach at 50 km/h (s* with dv = 0 is

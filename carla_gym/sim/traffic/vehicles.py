@@ -19,10 +19,10 @@ from carla_gym.sim import constants as C
 from carla_gym.sim.kinematics import NUMPY, EgoState, step_ego
 
 NPC_LENGTH_RANGE = (4.2, 5.0)
-"""NPC car length range [m], drawn uniformly. navigation.md section 5 (typical CARLA cars)."""
+"""NPC car length range [m], drawn uniformly (typical CARLA car blueprints)."""
 
 NPC_WIDTH_RANGE = (1.8, 2.2)
-"""NPC car width range [m], drawn uniformly. navigation.md section 5 (typical CARLA cars)."""
+"""NPC car width range [m], drawn uniformly (typical CARLA car blueprints)."""
 
 NPC_WHEELBASE_SHARE = C.EGO_WHEELBASE / C.EGO_LENGTH
 """Wheelbase as a share of length for NPCs (0.58, the Lincoln MKZ's 2.85 / 4.9; own choice)."""

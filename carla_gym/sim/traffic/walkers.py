@@ -29,7 +29,7 @@ from carla_gym.sim.traffic.collision import WALKER_RADIUS
 from carla_gym.sim.traffic.polylines import Polylines
 
 WALK_SPEED_RANGE = (1.2, 1.5)
-"""Walking speeds [m/s], drawn uniformly (mean 1.35): navigation.md section 4 (1.2-1.5, mean free
+"""Walking speeds [m/s], drawn uniformly (mean 1.35): the pedestrian literature (1.2-1.5, mean free
 walking speed 1.34 m/s)."""
 
 SIDEWALK = 0
