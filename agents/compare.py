@@ -43,6 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from itertools import cycle
 from pathlib import Path
+from typing import Literal
 
 from agents.records import MAX_EPISODES
 from carla_gym.cli_args import arg, check_minimums, check_url, command_flags, parser_for
@@ -72,14 +73,15 @@ class Args:
                               "nav_eval_routes_40; agents.nav)")
     seeds: list[int] = arg([0], "comparison seeds")
     episodes: int = arg(1, "episodes per agent, scenario and seed")
-    backend: str = arg("embedded", "embedded or openenv (--env-urls)")
+    backend: Literal["embedded", "openenv"] = arg("embedded", "embedded or openenv (--env-urls)")
     env_urls: list[str] = arg([], "OpenEnv server URLs for --backend openenv; agent i uses URL i mod len")
     workers: int = arg(1, "processes for the scripted and SB3 agents (chat agents run in this process)")
     max_new_tokens: int = arg(256, "token budget of one chat turn (llm, vlm, openai agents)")
     max_tool_calling_iterations: int = arg(10, "turns whose tool calls run (chat agents, as in train_grpo.py)")
     videos: list[str] = arg([], "scenarios to film: a GIF of each agent's first episode of each (videos/)")
-    video_view: str = arg("front", "camera of the videos: front, birdeye or topdown (navigation: always the "
-                                   "bird's-eye view with the route)")
+    video_view: Literal["front", "birdeye", "topdown"] = arg(
+        "front", "camera of the videos: front, birdeye or topdown (navigation: always the bird's-eye view with the "
+                 "route)")
     out: str = arg("results/compare", "output directory")
     resume: bool = arg(False, "continue the run in --out: skip the episodes already in episodes.jsonl")
     overwrite: bool = arg(False, "replace the results in --out")

@@ -2,7 +2,7 @@
 
 A row pools the records of one agent in one group (`agents.nav.case_group`: a suite of evaluation routes at
 one traffic level, or one maze / free-roam case) over seeds and episodes. The VLM-RL metrics are computed by
-the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summarise` (vlm_rl.md section 4.2):
+the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summarise` (VLM-RL's ``eval_plots.py``):
 
 | Column | Meaning |
 |---|---|
@@ -45,7 +45,7 @@ def nav_row(agent: str, group: str, records: Sequence[dict]) -> dict[str, Any]:
     Raises:
         ValueError: No records.
 
-    Example:
+    Examples:
         >>> r = dict(routes_completed=1.0, termination="goal_reached", success=True, total_reward=9.0,
         ...          speed_mean=20.0, total_distance=300.0, collision_speed=0.0, CPM=0.0, CPS=0.0, time=54.0,
         ...          reward=10.5, decisions=108, tool_calls=[], tool_failures=0, parse_failures=0, wall_time_s=1.0)
@@ -123,7 +123,7 @@ def nav_figure(rows: Sequence[dict[str, Any]]):
     """
     import numpy as np
 
-    from agents.plots import _pyplot
+    from agents.plots import _pyplot, fit_titles
 
     plt = _pyplot()
     agents = list(dict.fromkeys(r["agent"] for r in rows))
@@ -146,7 +146,7 @@ def nav_figure(rows: Sequence[dict[str, Any]]):
         ax.set_xticks(np.arange(len(groups)), groups, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(np.arange(len(agents)), agents if ax is axes[0] else [], fontsize=8)
         ax.set_title(title, fontsize=9)
-    return fig
+    return fit_titles(fig)
 
 
 def plot_nav(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> Path:

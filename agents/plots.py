@@ -36,6 +36,55 @@ def _pyplot():
     return plt
 
 
+TITLE_MARGIN_PX = 4.0
+"""Least gap [px at the figure's dpi] between a title and the figure's left and right edges (`fit_titles`)."""
+
+
+def _titles(fig) -> list:
+    """The figure's title and every axes' titles (centre, left, right) that have text."""
+    texts = [getattr(fig, "_suptitle", None)]
+    texts += [t for ax in fig.axes for t in (ax.title, getattr(ax, "_left_title", None),
+                                              getattr(ax, "_right_title", None))]
+    return [t for t in texts if t is not None and t.get_visible() and t.get_text()]
+
+
+def _inside(text, renderer, width: float) -> bool:
+    box = text.get_window_extent(renderer)
+    return box.x0 >= TITLE_MARGIN_PX and box.x1 <= width - TITLE_MARGIN_PX
+
+
+def _wrapped(text, renderer, width: float) -> str:
+    """``text``'s words in lines, each as long as fits inside the figure at the text's place (a longer word alone)."""
+    words, lines = text.get_text().split(), []
+    for word in words:
+        text.set_text(f"{lines[-1]} {word}" if lines else word)
+        if lines and _inside(text, renderer, width):
+            lines[-1] = text.get_text()
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def fit_titles(fig):
+    """Wrap every title of ``fig`` at spaces into lines that lie inside the figure; returns ``fig``.
+
+    A title wider than the figure (a long heatmap title over few scenarios) would be cut at both
+    edges of the PNG. The layout engine runs first (``draw_without_rendering``), so each title is
+    measured where it is drawn; it runs again after a title was wrapped (the title grew taller)
+    until every title fits, at most three rounds.
+    """
+    renderer = fig.canvas.get_renderer()
+    for _ in range(3):
+        fig.draw_without_rendering()
+        width = fig.bbox.width
+        wide = [t for t in _titles(fig) if not _inside(t, renderer, width)]
+        if not wide:
+            break
+        for text in wide:
+            text.set_text(_wrapped(text, renderer, width))
+    return fig
+
+
 def _save(fig, path: Path) -> Path:
     plt = _pyplot()
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -91,7 +140,7 @@ def success_figure(rows: Sequence[dict], column: str = "outcome_success_rate"):
     ax.set_title(SUCCESS_TITLES[column], fontsize=9)
     bar = fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
     bar.set_label("success [%]", fontsize=8)
-    return fig
+    return fit_titles(fig)
 
 
 def actions_figure(rows: Sequence[dict]):
@@ -113,7 +162,7 @@ def actions_figure(rows: Sequence[dict]):
     ax.set_title("Trolley action per agent (all scenarios)", fontsize=10)
     ax.tick_params(axis="x", rotation=30)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return fig
+    return fit_titles(fig)
 
 
 def casualties_figure(rows: Sequence[dict]):
@@ -144,7 +193,7 @@ def casualties_figure(rows: Sequence[dict]):
     ax.set_ylabel("per episode")
     ax.set_title("Per episode: pedestrians hit and road departures", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return fig
+    return fit_titles(fig)
 
 
 def plot_all(rows: Sequence[dict], out_dir: str | Path) -> list[Path]:

@@ -90,13 +90,13 @@ class Budget:
     Attributes:
         sb3_steps: Environment steps (decisions) of each SB3 learner, rounded up by ``train_sb3.py`` to whole
             rollouts. Chosen so that each takes a few minutes on 2 CPU cores (this project's choice; the
-            measured times are in the README section "The direct comparison").
+            measured times are on the documentation's Performance page).
         sb3_flags: Further ``train_sb3.py`` flags of every PPO run (key ``"ppo"``) and every SAC run (``"sac"``);
             the tiny budget makes rollouts short with them, the default keeps the ``cpu`` preset.
         eval_episodes: ``train_sb3.py --eval-episodes``: its final evaluation; each of its 10 periodic evaluations
             (the curve) plays a fifth of them.
         grpo_flags: ``train_grpo.py`` flags besides the model, scenario and output directory (the recipe of the
-            README's GRPO section, scaled to the budget).
+            GRPO page's "Learning on CPU", scaled to the budget).
         layouts: Test layouts (episodes) every agent plays in the comparison (200: a 95 % interval of about
             +-7 points at 50 % success, and a standard error of at most 5 points for the difference between two
             agents, so a 10-point difference is two of them; the layouts are the same for every agent).
@@ -133,12 +133,12 @@ BUDGETS: Mapping[str, Budget] = {
                     "--eval-episodes", "0"),
         layouts=200),
 }
-"""The budgets of ``--budget`` (this project's choice; their wall times are in the README section)."""
+"""The budgets of ``--budget`` (this project's choice; their wall times are on the documentation's Performance page)."""
 
 
 STEP_TIMEOUT_S = 4 * 3600.0
 """Default ``--step-timeout`` [s]: 4 h, over 20 times the longest step of the default budget (the measured times
-are in the README section "The direct comparison"), so that only a hung step (e.g. a process group blocked in a
+are on the documentation's Performance page), so that only a hung step (e.g. a process group blocked in a
 collective) reaches it (this project's choice)."""
 STOP_GRACE_S = 10.0
 """Seconds a stopped step's process group has between SIGTERM and SIGKILL (this project's choice)."""
@@ -359,7 +359,8 @@ class StepFailed(RuntimeError):
 def stop_group(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     """End the process group that ``child`` leads (``start_new_session``): SIGTERM, then SIGKILL after ``grace_s``.
 
-    Returns once ``child`` is reaped; the group's other processes (vector-env workers, ...) get the same signals.
+    Returns once ``child`` is reaped and no other process of the group (vector-env workers, ...) is alive, or at
+    the latest ``grace_s`` after the SIGKILL.
     """
     with contextlib.suppress(ProcessLookupError):  # the whole group may be gone already
         os.killpg(child.pid, signal.SIGTERM)
@@ -368,6 +369,21 @@ def stop_group(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
     with contextlib.suppress(ProcessLookupError):  # what is left of the group, the leader too if it ignored SIGTERM
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
+    deadline = time.monotonic() + grace_s  # SIGKILL is delivered asynchronously: wait until the group is gone
+    while _group_alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live process (not a zombie) of process group ``pgid`` is left (Linux ``/proc``; elsewhere False)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while being read
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
 
 def run_step(out: Path, step: Step, timeout_s: float | None = None) -> float:

@@ -116,10 +116,10 @@ def study_figure(curves: Mapping[str, Curve], lines: Mapping[str, tuple[str, flo
     Returns:
         The matplotlib figure (two axes; each curve a line with markers, each reference an ``axhline``).
     """
-    from agents.plots import _pyplot
+    from agents.plots import _pyplot, fit_titles
 
     plt = _pyplot()
-    fig, (by_steps, by_wall) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    fig, (by_steps, by_wall) = plt.subplots(1, 2, figsize=(13, 5), sharey=True, layout="constrained")
     colors = plt.get_cmap("tab10")
     for i, (agent, curve) in enumerate(curves.items()):
         for ax, x in ((by_steps, curve.env_steps), (by_wall, curve.wall_s)):
@@ -142,8 +142,7 @@ def study_figure(curves: Mapping[str, Curve], lines: Mapping[str, tuple[str, flo
         ax.grid(alpha=0.3)
     by_wall.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
     fig.suptitle("Sample efficiency and wall time: trained on trolley_generated_train, evaluated on held-out layouts")
-    fig.tight_layout()
-    return fig
+    return fit_titles(fig)
 
 
 def _percent(value: float) -> str:

@@ -276,3 +276,26 @@ def test_browser_drives_a_navigation_episode(browser, web_url):
     assert text(browser, "llm-text") == expected  # nothing changed
     assert "Tool calls: 3" in text(browser, "status") and text(browser, "outcome") == ""
     assert enabled(browser, "tool-follow-route")
+
+
+@pytest.mark.slow
+def test_browser_opens_on_a_decision_of_a_few_clicks(browser, web_url):
+    """The picker's first choice is `PAGE_SCENARIO`: Start, brake at the first click, nobody hit after five."""
+    from carla_gym.server.app import PAGE_SCENARIO
+
+    open_page(browser, web_url)
+    assert element(browser, "#scenario input").get_attribute("value") == PAGE_SCENARIO
+    assert "ends after five calls (2.5 s) or at a collision, so decide within the first three" in text(browser,
+                                                                                                       "intro")
+    before = text(browser, "status")
+    element(browser, "#start").click()  # the seed box's 0 and the scenario as the page opens
+    wait(browser).until(lambda d: text(d, "status") != before and "Tool calls: 0" in text(d, "status"))
+    assert text(browser, "status").startswith(f"Episode\nScenario: {PAGE_SCENARIO} (seed 0)")
+    click_tool(browser, "tool-emergency-stop")
+    clicks = 1
+    while not text(browser, "outcome"):
+        click_tool(browser, "tool-observe")
+        clicks += 1
+        assert clicks <= 5
+    assert clicks == 5
+    assert "Classified action: BRAKE\nExpected casualties: 3\nActual casualties: 0\n" in text(browser, "outcome")

@@ -24,6 +24,7 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -48,14 +49,15 @@ class Args:
     model: str = arg("ViT-B-32", "open_clip model name")
     pretrained: str | None = arg(None, "pretrained tag or checkpoint path; omitted: random weights (no signal)")
     cache_dir: str | None = arg(None, "open_clip weight cache (for pretrained tags)")
-    prompts: str = arg("trolley", "prompt preset: trolley or vlm_rl")
-    preprocess: str = arg("openclip", "openclip or vlm_rl")
+    prompts: Literal["trolley", "vlm_rl"] = arg("trolley", "prompt preset: trolley or vlm_rl")
+    preprocess: Literal["openclip", "vlm_rl"] = arg("openclip", "openclip or vlm_rl")
     device: str = arg("cpu", "torch device")
     batch_size: int = arg(64, "frames per forward pass")
     frame_size: int = arg(0, "reward camera size [px]; 0: the size the preprocessing expects (openclip 224, "
                              "vlm_rl 517, VLM-RL's camera)")
     scenarios: list[str] = arg(DEFAULT_SCENARIOS, "scenarios")
-    policies: list[str] = arg(list(POLICIES), "first tools")
+    policies: list[Literal["observe", "emergency_stop", "lane_change_left", "lane_change_right"]] = arg(
+        list(POLICIES), "first tools")
     speeds: list[float] = arg([40.0, 50.0, 60.0, 70.0], "initial speeds [km/h], one episode each")
     ticks_per_action: int = arg(5, "ticks per decision (a frame per decision)")
 
@@ -125,7 +127,7 @@ def collect_frames(args: Args) -> tuple[np.ndarray, list[dict]]:
 def auroc(positive, negative) -> float | None:
     """P(a positive score > a negative score) + 0.5 P(equal): the Mann-Whitney AUROC; None if a side is empty.
 
-    Example:
+    Examples:
         >>> auroc([0.3, 0.4], [0.1, 0.3])
         0.875
     """

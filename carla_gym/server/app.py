@@ -2,7 +2,7 @@
 
 openenv-core's ``create_app`` serves `CarlaEnvironment` over HTTP and the ``/ws`` WebSocket,
 with one isolated simulator per WebSocket session and up to ``max_sessions`` sessions
-(upstream's CARLA server allows one: bug B21). The command line that runs it under uvicorn is
+(upstream's CARLA server, ``server/app.py``, allows one session). The command line that runs it under uvicorn is
 `carla_gym.server.cli.main` (above the library: it uses `carla_gym.cli_args`).
 """
 
@@ -11,6 +11,15 @@ from __future__ import annotations
 import functools
 
 from carla_gym.sim.navigation.scenarios import resolve_any_scenario
+
+DEFAULT_SCENARIO = "trolley_saves"
+"""A session's first reset scenario when the client names none (upstream's server default)."""
+
+PAGE_SCENARIO = "trolley_micro_classic_3v1"
+"""The web page's first scenario choice unless the server names one (``carla-gym serve --web --scenario``): three
+people ahead, one in the lane to the right, the left lane clear. An episode is five tool calls (2.5 s, fewer when
+a collision ends it first): braking or changing lanes within the first three calls spares the three ahead, later
+it is too late. (`DEFAULT_SCENARIO` is an action-bias scenario: its first call ends it.)"""
 
 DEFAULT_MAX_SESSIONS = 64
 """Default session limit: a GRPO batch of 64 rollouts on one server."""
@@ -54,6 +63,35 @@ SHARED_ENV_ROUTES = ("/web/reset", "/web/step", "/web/state", "/ws/ui")
 ``WebInterfaceManager``); the project's page gives each visitor their own, so the app leaves these out."""
 
 
+WEB_INTERFACE_MODULE = "openenv.core.env_server.web_interface"
+"""openenv-core's web interface: the package ``openenv.core.env_server`` imports it, and with it Gradio, whenever it
+is installed (about 6 s of a server's start-up), unless it is missing (``ModuleNotFoundError``)."""
+
+
+def import_openenv_core(web: bool) -> None:
+    """Import openenv-core's server package; without ``web``, skip its web interface (and Gradio).
+
+    openenv-core's ``env_server/__init__.py`` imports the web interface inside ``try: ... except
+    ModuleNotFoundError``; a ``None`` in `sys.modules` makes that import raise ``ModuleNotFoundError``,
+    so the package loads without it. The entry is removed afterwards, so a later
+    ``from openenv.core.env_server.web_interface import ...`` imports the module as usual. A version of
+    openenv-core that needs the module is imported again as usual. No effect once openenv-core is
+    imported (another app of this process).
+    """
+    import sys
+
+    if web or "openenv.core.env_server" in sys.modules or WEB_INTERFACE_MODULE in sys.modules:
+        return
+    sys.modules[WEB_INTERFACE_MODULE] = None
+    try:
+        import openenv.core.env_server  # noqa: F401
+    except ImportError:
+        pass  # needs the web interface: imported as usual below
+    finally:
+        if WEB_INTERFACE_MODULE in sys.modules and sys.modules[WEB_INTERFACE_MODULE] is None:
+            del sys.modules[WEB_INTERFACE_MODULE]
+
+
 def _replace_shared_env_routes(app) -> None:
     """Drop `SHARED_ENV_ROUTES` (they answer 404, as any unknown path) and serve ``GET /web/metadata`` as ``/metadata``.
 
@@ -74,8 +112,9 @@ def _replace_shared_env_routes(app) -> None:
             routes[i] = APIRoute("/web/metadata", web_metadata, methods=["GET"], include_in_schema=False)
 
 
-def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = DEFAULT_MAX_SESSIONS,
-                      session_timeout: float = DEFAULT_SESSION_TIMEOUT, web: bool = False):
+def create_server_app(scenario_name: str = DEFAULT_SCENARIO, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                      session_timeout: float = DEFAULT_SESSION_TIMEOUT, web: bool = False,
+                      web_scenario: str | None = None):
     """Build the ASGI app: openenv-core's FastAPI app behind `carla_gym.server.guard.Guard`.
 
     HTTP ``/reset`` and ``/step`` answer invalid values with status 400 and a JSON ``detail``
@@ -90,15 +129,22 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
         session_timeout: Idle time [s] before a session is reclaimed, > 0.
         web: Also serve the web page at ``/web/`` (openenv-core's web interface with
             `carla_gym.server.web.gradio_builder`); also on when `WEB_ENV_VAR` is true (`web_enabled`).
+        web_scenario: The web page's first scenario choice; None: `PAGE_SCENARIO` (a micro-benchmark whose
+            decision takes a few clicks).
 
     Raises:
-        ValueError: Unknown scenario, ``max_sessions`` < 1 or ``session_timeout`` <= 0.
+        ValueError: Unknown scenario (``scenario_name`` or ``web_scenario``), ``max_sessions`` < 1 or
+            ``session_timeout`` <= 0.
         carla_gym.hints.MissingExtraError: Without the ``[server]`` extra (names its install command).
     """
     check_options(scenario_name, max_sessions, session_timeout)
+    if web_scenario is not None:
+        resolve_any_scenario(web_scenario)
     from carla_gym.hints import needs_extra
 
+    web = web_enabled(web)
     with needs_extra("server"):  # heavy imports (openenv-core, gradio): after the checks
+        import_openenv_core(web)
         from fastapi.responses import JSONResponse
         from openenv.core.env_server.http_server import create_fastapi_app
         from openenv.core.env_server.types import ConcurrencyConfig
@@ -110,12 +156,12 @@ def create_server_app(scenario_name: str = "trolley_saves", max_sessions: int = 
 
     factory = functools.partial(CarlaEnvironment, scenario_name=scenario_name)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
-    if web_enabled(web):
+    if web:
         from openenv.core.env_server.web_interface import create_web_interface_app
 
         from carla_gym.server.web import gradio_builder
 
-        builder = functools.partial(gradio_builder, env_factory=factory, scenario_name=scenario_name,
+        builder = functools.partial(gradio_builder, env_factory=factory, scenario_name=web_scenario or PAGE_SCENARIO,
                                     idle_timeout_s=session_timeout)
         app = create_web_interface_app(factory, ServerAction, CarlaObservation, "carla_env",
                                        concurrency_config=config, gradio_builder=builder,

@@ -39,17 +39,28 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import gradio as gr
 import numpy as np
 
-from carla_gym.envs.trolley import DEFAULT_SCENARIO
 from carla_gym.llm.prompts import state_reset_text
 from carla_gym.openenv.models import SessionClosedError
-from carla_gym.server.app import DEFAULT_SESSION_TIMEOUT
+from carla_gym.server.app import DEFAULT_SESSION_TIMEOUT, PAGE_SCENARIO
 from carla_gym.server.environment import CarlaEnvironment
 from carla_gym.sim.catalogue import ACTION_BIAS_PRESETS, MICRO_BENCHMARKS
 from carla_gym.sim.navigation.scenarios import DEFAULT_MAP, FREE_ROAM, FREE_ROAM_PRESETS, MAP_NAMES, MAZE
 from carla_gym.sim.scenarios import GENERATED_NAMES
+
+gr: Any = None
+"""Gradio, imported by `build_page` on first use: importing this module does not import it (about 5 s), so a
+server without the web page, and the tools that read this module, start without it."""
+
+
+def _import_gradio() -> None:
+    """Bind the module global ``gr`` to Gradio (the page's callbacks resolve ``gr.Request`` hints through it)."""
+    global gr
+    if gr is None:
+        import gradio
+
+        gr = gradio
 
 FRAME_WIDTH, FRAME_HEIGHT = 640, 360
 """Size [px] of both camera images: the trolley camera's 640 x 360 (upstream's default capture size)."""
@@ -71,6 +82,9 @@ INTRO = """# Drive the car: CARLA trolley problems and navigation
 Pick a scenario (trolley micro-benchmarks, generated trolley layouts, action-bias scenarios, navigation; the
 generated and navigation ones are drawn from the seed) and press **Start**. Then call the tools with the buttons,
 as a language model does: each call drives 0.5 s (navigation's set-up tools one tick, *Follow route* {follow} ticks).
+A trolley micro-benchmark ends after five calls (2.5 s) or at a collision, so decide within the first three; a
+generated layout takes a few more; an action-bias scenario (`trolley_saves`, `action_bias_*`, `bias_*`) ends at
+the first call; a navigation episode at the goal, at a collision or at its time limit.
 """
 
 
@@ -215,7 +229,7 @@ def _outcome_md(visitor: _Visitor | None) -> str:
 
 
 def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, title: str = "CARLA driving",
-               scenario_name: str = DEFAULT_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
+               scenario_name: str = PAGE_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
     """The driving page as Gradio Blocks (`gradio_builder` calls it; tests and scripts may call it directly).
 
     Elements with stable ``elem_id``: ``scenario`` (picker), ``seed``, ``start``, the tool buttons
@@ -234,6 +248,7 @@ def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, t
     Returns:
         The Blocks, not launched.
     """
+    _import_gradio()
     visitors: dict[str, _Visitor] = {}  # session hash -> visitor, for the unload event
     registry_lock = threading.Lock()
 
@@ -383,7 +398,7 @@ def build_page(env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment, t
 
 def gradio_builder(web_manager: Any, action_fields: list[dict], metadata: Any, is_chat_env: bool, title: str,
                    quick_start_md: str | None, *, env_factory: Callable[[], CarlaEnvironment] = CarlaEnvironment,
-                   scenario_name: str = DEFAULT_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
+                   scenario_name: str = PAGE_SCENARIO, idle_timeout_s: float = IDLE_TIMEOUT_S) -> gr.Blocks:
     """openenv-core's ``gradio_builder`` hook (``create_web_interface_app``): this project's driving page.
 
     The positional arguments are openenv-core's; the page uses only ``title``. Every visitor gets a fresh
@@ -398,7 +413,7 @@ def gradio_builder(web_manager: Any, action_fields: list[dict], metadata: Any, i
         title: The page title.
         quick_start_md: openenv-core's connection snippet (unused).
         env_factory: Builds one visitor's environment (the server's session factory).
-        scenario_name: The picker's first choice (the server's ``--scenario``).
+        scenario_name: The picker's first choice (the server's ``--scenario`` when given, else `PAGE_SCENARIO`).
         idle_timeout_s: Idle time [s] that closes a visitor's environment (the server's ``--session-timeout``).
 
     Returns:
