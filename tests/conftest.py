@@ -1,4 +1,11 @@
-"""Shared test fixtures: the upstream reference data from ../shared, one server process, connection attempts."""
+"""Shared test fixtures (reference data, one in-process server, connection attempts); the parallel layout.
+
+The suite runs on pytest-xdist workers, one per core (pyproject's addopts: ``-n auto --dist loadfile``):
+each test file runs on one worker, so a module-scoped fixture (a comparison run, a trained model, a
+server) is built once per run. Tests therefore keep to their own ``tmp_path`` and free ports. Torch runs
+one thread per process (``OMP_NUM_THREADS=1``, inherited by the commands the tests start): the workers
+already use every core.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,15 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-from servers import start_server, stop_server
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (workers and their subprocesses)
+
+from carla_gym.server.app import import_openenv_core  # noqa: E402
+
+# before collection: openenv-core without Gradio (seconds per worker); tests/test_web.py imports it when it needs it
+import_openenv_core(web=False)
+
+import pytest  # noqa: E402
+from servers import ServerThread  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CARLA_GYM_SHARED", REPO.parent / "shared"))
@@ -16,23 +30,26 @@ UPSTREAM_MICRO = SHARED / "reference" / "openenv_carla" / "trolley_micro_benchma
 
 @pytest.fixture(scope="session")
 def upstream_micro() -> dict:
-    """Upstream's trolley micro-benchmark data (read from ../shared, never shipped)."""
+    """Upstream's trolley micro-benchmark data (upstream's public trolley_micro_benchmarks.json, never shipped)."""
     if not UPSTREAM_MICRO.is_file():
-        pytest.fail(f"upstream reference data not found at {UPSTREAM_MICRO}; put ../shared beside the repo "
-                    "or set CARLA_GYM_SHARED")
+        pytest.fail(f"upstream reference data not found at {UPSTREAM_MICRO}; download upstream's public "
+                    "trolley_micro_benchmarks.json (https://github.com/meta-pytorch/OpenEnv/blob/main/envs/carla_env/"
+                    "server/data/trolley_micro_benchmarks.json), save it unchanged as "
+                    "<folder>/reference/openenv_carla/trolley_micro_benchmarks.json and set CARLA_GYM_SHARED=<folder> "
+                    "(or name the folder shared and put it beside the clone)")
     return json.loads(UPSTREAM_MICRO.read_text())
 
 
 @pytest.fixture(scope="session")
 def openenv_server_url():
-    """URL of a ``carla_gym.server`` process on a free port (16 sessions), shared by the whole test run.
+    """URL of an OpenEnv CARLA server on a free port (16 sessions), shared by every test of a worker.
 
-    One process for every module that asks (each start costs seconds of imports); tests must close
-    the sessions they open, as every client does on ``close()``.
+    `servers.ServerThread`: the app of ``python -m carla_gym.server`` under uvicorn in this process (the
+    command line itself is tested by the ``slow`` tests); tests must close the sessions they open, as
+    every client does on ``close()``.
     """
-    proc, url = start_server("--max-sessions", "16")
-    yield url
-    stop_server(proc)
+    with ServerThread(max_sessions=16) as server:
+        yield server.url
 
 
 @pytest.fixture
@@ -49,3 +66,4 @@ def connects(monkeypatch) -> list[tuple[str, float]]:
 
     monkeypatch.setattr(env_client, "ws_connect", counting)
     return attempts
+

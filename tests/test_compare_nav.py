@@ -120,6 +120,8 @@ def test_summary_rows_are_computed_from_the_records(short_run):
     assert (short_run / "navigation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# worker processes; fast twin: test_compare.py::test_results_are_identical_across_runs_and_worker_counts
+@pytest.mark.slow
 def test_rows_are_identical_across_runs_and_worker_counts_and_resume_plays_nothing(short_run, tmp_path):
     out = tmp_path / "again"
     argv = ["--scenario", *SHORT, "--agents", "follow_route", "random", "--seeds", "1"]  # the fixture's seed 1
@@ -241,13 +243,13 @@ def test_an_sb3_policy_gets_the_same_outcome_in_train_sb3s_evaluation_and_in_the
 def _readme_nav_args() -> list[str]:
     from agents import readme_table as rt
 
-    return rt.compare_args((REPO / "README.md").read_text(), rt.NAV_SECTION)
+    return rt.compare_args(rt.PAGE.read_text(), rt.NAV_SECTION)
 
 
 def _check_rows(out: Path, groups: set[str] | None = None) -> None:
     from agents import readme_table as rt
 
-    shown = rt.nav_table_rows((REPO / "README.md").read_text())
+    shown = rt.nav_table_rows(rt.PAGE.read_text())
     produced = {}
     for line in (out / "summary.md").read_text().splitlines()[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -259,7 +261,7 @@ def _check_rows(out: Path, groups: set[str] | None = None) -> None:
 
 
 def test_the_readme_navigation_table_reproduces_its_maze_rows(tmp_path):
-    """Fast equivalent of the slow test below: the README's command cut to the maze (same agents and seeds)."""
+    """Fast equivalent of the slow test below: the documented command cut to the maze (same agents and seeds)."""
     args = compare.parse_args(_readme_nav_args())
     out = tmp_path / "maze"
     argv = ["--agents", *args.agents, "--seeds", *map(str, args.seeds), "--episodes", str(args.episodes)]

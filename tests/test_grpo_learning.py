@@ -1,4 +1,4 @@
-"""GRPO that learns (issue 17 section 3): warm start transcripts, the outcome reward, batched evaluation, curves."""
+"""GRPO that learns: warm start transcripts, the outcome reward, batched evaluation, curves."""
 
 from __future__ import annotations
 
@@ -353,6 +353,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # three fresh interpreters (torch.distributed.run); in process: the curve tests above
 def test_env_steps_of_the_curve_sum_every_process_decisions(tmp_path):
     """The fast equivalent of the accelerate test's distributed part: two gloo processes, as accelerate starts them."""
     script = tmp_path / "sum.py"

@@ -1,4 +1,4 @@
-"""CarlaNavigation-v0's action, observation and reward modes, scenarios and vector use (issue 15 section 1).
+"""CarlaNavigation-v0's action, observation and reward modes, scenarios and vector use.
 
 The env runs every episode as a `NavEpisode`; these tests replay the same upstream calls on a `NavEpisode`
 built from the same seed and spec and require bit-identical positions and equal rubric rewards.
@@ -228,6 +228,7 @@ def _gym_run(venv) -> bytes:
     return np.concatenate(out).tobytes()
 
 
+@pytest.mark.slow  # worker processes; fast twin: test_env.py::test_sb3_vec_envs
 def test_subproc_vec_env_and_async_make_vec_match_in_process_runs():
     sync = _gym_run(gym.make_vec("CarlaNavigation-v0", num_envs=2, vectorization_mode="sync", **KWARGS))
     assert _gym_run(gym.make_vec("CarlaNavigation-v0", num_envs=2, vectorization_mode="async", **KWARGS)) == sync

@@ -66,15 +66,19 @@ def folder(tmp_path_factory) -> Path:
     return written.path
 
 
-def test_openenv_validate_accepts_the_folder(folder):
-    from openenv.cli._cli_utils import validate_env_structure
-    from openenv.cli._validation import validate_multi_mode_deployment
-
+@pytest.mark.slow  # a fresh interpreter; fast twin: the in-process validators below
+def test_the_openenv_validate_command_accepts_the_folder(folder):
     done = subprocess.run([str(OPENENV), "validate", str(folder), "--json"], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert (report["passed"], report["issues"]) == (True, [])
+
+
+def test_openenv_validate_accepts_the_folder(folder):
+    from openenv.cli._cli_utils import validate_env_structure
+    from openenv.cli._validation import validate_multi_mode_deployment
+
     assert validate_multi_mode_deployment(folder) == (True, [])
     # what openenv push and openenv build check; raises FileNotFoundError for a missing file
     assert validate_env_structure(folder) == ["Recommended directory missing: outputs/"]
@@ -191,6 +195,7 @@ def test_a_non_empty_folder_is_refused_even_with_force_unless_the_command_wrote_
         assert listing(tmp_path) == ["mine/notes.txt"]
 
 
+@pytest.mark.slow  # runs pip and uv; fast twin: the folder fixture locks in process
 def test_without_lock_the_printed_command_writes_it_and_force_replaces_the_folder(tmp_path, capsys, monkeypatch):
     from openenv.cli._validation import validate_multi_mode_deployment
 
