@@ -15,13 +15,20 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (workers and their subprocesses)
 
-from carla_gym.server.app import import_openenv_core  # noqa: E402
-
-# before collection: openenv-core without Gradio (seconds per worker); tests/test_web.py imports it when it needs it
-import_openenv_core(web=False)
-
 import pytest  # noqa: E402
 from servers import ServerThread  # noqa: E402
+
+
+def pytest_configure(config):
+    """Import openenv-core without Gradio before collection, in each process that collects.
+
+    That is an xdist worker, or a run without workers (seconds per process); tests/test_web.py imports Gradio
+    when it needs it.
+    """
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        from carla_gym.server.app import import_openenv_core
+
+        import_openenv_core(web=False)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CARLA_GYM_SHARED", REPO.parent / "shared"))

@@ -120,7 +120,19 @@ def test_summary_rows_are_computed_from_the_records(short_run):
     assert (short_run / "navigation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# worker processes; fast twin: test_compare.py::test_results_are_identical_across_runs_and_worker_counts
+def test_a_resumed_finished_run_plays_nothing(short_run, tmp_path):
+    """The fast twin of the test below: ``--resume`` of the fixture's finished run (a copy) adds no episode."""
+    import shutil
+
+    out = shutil.copytree(short_run, tmp_path / "copy")
+    before = (out / "episodes.jsonl").read_text()
+    assert compare.main(["--scenario", *SHORT, "--agents", "follow_route", "random", "--seeds", "0", "1",
+                         "--out", str(out), "--resume"]) == 0
+    assert (out / "episodes.jsonl").read_text() == before
+
+
+# worker processes; fast twins: the test above and
+# test_compare.py::test_results_are_identical_across_runs_and_worker_counts
 @pytest.mark.slow
 def test_rows_are_identical_across_runs_and_worker_counts_and_resume_plays_nothing(short_run, tmp_path):
     out = tmp_path / "again"

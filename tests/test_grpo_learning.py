@@ -353,9 +353,23 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow  # three fresh interpreters (torch.distributed.run); in process: the curve tests above
+def test_env_steps_of_the_curve_go_through_the_all_reduce_in_an_initialised_process_group(tmp_path):
+    """The fast twin of the test below: the all-reduce branch in this process, a gloo group of one."""
+    import torch.distributed as dist
+
+    from carla_gym.llm.curve import sum_over_processes
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert dist.is_initialized() and sum_over_processes([10, 2]) == (10, 2)
+    finally:
+        dist.destroy_process_group()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.slow  # three fresh interpreters (torch.distributed.run); fast twin: the gloo group of one above
 def test_env_steps_of_the_curve_sum_every_process_decisions(tmp_path):
-    """The fast equivalent of the accelerate test's distributed part: two gloo processes, as accelerate starts them."""
+    """The accelerate test's distributed part on its own: two gloo processes, as accelerate starts them."""
     script = tmp_path / "sum.py"
     script.write_text(ENV_STEPS_SCRIPT)
     root = str(Path(train_grpo.__file__).parent)

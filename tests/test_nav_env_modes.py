@@ -228,7 +228,7 @@ def _gym_run(venv) -> bytes:
     return np.concatenate(out).tobytes()
 
 
-@pytest.mark.slow  # worker processes; fast twin: test_env.py::test_sb3_vec_envs
+@pytest.mark.slow  # worker processes; fast twin: test_nav_env.py::test_make_vec_sync_runs_and_is_bit_identical
 def test_subproc_vec_env_and_async_make_vec_match_in_process_runs():
     sync = _gym_run(gym.make_vec("CarlaNavigation-v0", num_envs=2, vectorization_mode="sync", **KWARGS))
     assert _gym_run(gym.make_vec("CarlaNavigation-v0", num_envs=2, vectorization_mode="async", **KWARGS)) == sync

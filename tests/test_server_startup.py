@@ -62,3 +62,20 @@ def test_a_fresh_server_imports_no_gradio_torch_or_transformers_until_the_web_pa
                             timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["[]", "True"]
+
+
+def test_openenv_cores_web_interface_names_still_import_after_the_skip():
+    """Its packages' re-exports of the web interface are served on first use, not left None.
+
+    The test run imports openenv-core through `import_openenv_core` (tests/conftest.py).
+    """
+    import openenv.core
+    import openenv.core.env_server
+    from openenv.core.env_server.web_interface import WebInterfaceManager, create_web_interface_app
+
+    for module in (openenv.core.env_server, openenv.core):
+        assert module.create_web_interface_app is create_web_interface_app
+        assert module.WebInterfaceManager is WebInterfaceManager
+    from openenv.core.env_server import create_web_interface_app as again
+
+    assert again is create_web_interface_app

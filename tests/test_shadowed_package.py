@@ -4,8 +4,10 @@ An install that reaches the package through an import hook (setuptools' editable
 ``package-dir``) is asked only after Python's search of ``sys.path``; a folder named ``carla_gym`` in the current
 folder wins there as a namespace package (no ``__init__.py``), so the package's ``__init__.py`` never runs and
 gymnasium says "Environment CarlaTrolley doesn't exist". This project's editable install puts the clone on
-``sys.path`` instead, so the package wins; and `carla_gym.sim`, which every simulating path imports, refuses to
-load under a namespace parent with an ImportError that names the folder and the fix.
+``sys.path`` instead, so the package wins. Where a hook install is shadowed all the same, `carla_gym.sim` refuses
+to load under a namespace parent with an ImportError that names the folder and the fix (``python -m agents...``,
+``python -m carla_gym...``, ``import carla_gym.envs``; a bare ``import carla_gym`` runs none of the package's
+code, so nothing can explain it there).
 """
 
 from __future__ import annotations

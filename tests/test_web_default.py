@@ -50,3 +50,26 @@ def test_the_servers_default_scenario_ends_at_the_first_call():
 def test_an_unknown_web_scenario_is_refused_before_the_server_is_built():
     with pytest.raises(ValueError, match="Unknown scenario: 'nope'"):
         create_server_app(web=True, web_scenario="nope")
+
+
+def test_every_launch_path_opens_the_page_on_the_same_scenario():
+    """`page_scenario` is the one rule: ``carla-gym serve --web`` and a packaged server give no ``web_scenario``."""
+    from carla_gym.server.app import page_scenario
+
+    assert page_scenario(DEFAULT_SCENARIO) == PAGE_SCENARIO  # the server's default: one click would end it
+    assert page_scenario("bias_3v1") == "bias_3v1"  # a scenario the server was given
+    assert page_scenario("bias_3v1", "maze_navigation") == "maze_navigation"
+
+
+def test_the_callbacks_request_hints_resolve_in_the_page_module_once_gradio_is_bound():
+    """Gradio resolves a callback's string hint ``gr.Request`` in the module's globals, bound by ``build_page``.
+
+    A hint it cannot resolve silently drops the request (Start would fail, a closed tab would leak). Building
+    the page itself is left to tests/test_web.py's server process (Gradio leaves event loops open).
+    """
+    import gradio
+
+    from carla_gym.server import web
+
+    web._import_gradio()
+    assert eval("gr.Request", vars(web)) is gradio.Request  # noqa: S307 - how typing.get_type_hints resolves it

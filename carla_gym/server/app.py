@@ -75,8 +75,10 @@ def import_openenv_core(web: bool) -> None:
     ModuleNotFoundError``; a ``None`` in `sys.modules` makes that import raise ``ModuleNotFoundError``,
     so the package loads without it. The entry is removed afterwards, so a later
     ``from openenv.core.env_server.web_interface import ...`` imports the module as usual. A version of
-    openenv-core that needs the module is imported again as usual. No effect once openenv-core is
-    imported (another app of this process).
+    openenv-core that needs the module is imported again as usual. Its packages' re-exports
+    (`WEB_INTERFACE_NAMES`, set to None by that ``except``) are served on first use by a module
+    ``__getattr__`` instead, so ``from openenv.core.env_server import create_web_interface_app`` still
+    works. No effect once openenv-core is imported (another app of this process).
     """
     import sys
 
@@ -90,6 +92,31 @@ def import_openenv_core(web: bool) -> None:
     finally:
         if WEB_INTERFACE_MODULE in sys.modules and sys.modules[WEB_INTERFACE_MODULE] is None:
             del sys.modules[WEB_INTERFACE_MODULE]
+    for name in ("openenv.core.env_server", "openenv.core"):  # their re-exports of it: imported on first use
+        module = sys.modules.get(name)
+        missing = [n for n in WEB_INTERFACE_NAMES if module is not None and n in vars(module) and
+                   getattr(module, n) is None]
+        for n in missing:
+            delattr(module, n)
+        if missing and "__getattr__" not in vars(module):  # openenv.core has its own, which asks env_server
+            module.__getattr__ = _web_interface_attribute(name)
+
+
+WEB_INTERFACE_NAMES = ("create_web_interface_app", "WebInterfaceManager")
+"""What openenv-core's packages re-export from its web interface (None when `import_openenv_core` skipped it)."""
+
+
+def _web_interface_attribute(module_name: str):
+    """A module ``__getattr__`` that imports `WEB_INTERFACE_MODULE` for `WEB_INTERFACE_NAMES` on first use."""
+
+    def __getattr__(name: str):
+        if name in WEB_INTERFACE_NAMES:
+            import importlib
+
+            return getattr(importlib.import_module(WEB_INTERFACE_MODULE), name)
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def _replace_shared_env_routes(app) -> None:
@@ -112,6 +139,22 @@ def _replace_shared_env_routes(app) -> None:
             routes[i] = APIRoute("/web/metadata", web_metadata, methods=["GET"], include_in_schema=False)
 
 
+def page_scenario(scenario_name: str, web_scenario: str | None = None) -> str:
+    """The web page's first scenario choice: ``web_scenario``, else the server's scenario, else `PAGE_SCENARIO`.
+
+    The server's scenario counts unless it is `DEFAULT_SCENARIO` (an action-bias scenario that one click ends),
+    so ``carla-gym serve --web``, a packaged server's ``server --web`` and ``uvicorn server.app:app`` with the
+    web page on all open on the same scenario.
+
+    Examples:
+        >>> page_scenario(DEFAULT_SCENARIO), page_scenario("bias_3v1"), page_scenario("bias_3v1", "maze_navigation")
+        ('trolley_micro_classic_3v1', 'bias_3v1', 'maze_navigation')
+    """
+    if web_scenario is not None:
+        return web_scenario
+    return PAGE_SCENARIO if scenario_name == DEFAULT_SCENARIO else scenario_name
+
+
 def create_server_app(scenario_name: str = DEFAULT_SCENARIO, max_sessions: int = DEFAULT_MAX_SESSIONS,
                       session_timeout: float = DEFAULT_SESSION_TIMEOUT, web: bool = False,
                       web_scenario: str | None = None):
@@ -129,8 +172,8 @@ def create_server_app(scenario_name: str = DEFAULT_SCENARIO, max_sessions: int =
         session_timeout: Idle time [s] before a session is reclaimed, > 0.
         web: Also serve the web page at ``/web/`` (openenv-core's web interface with
             `carla_gym.server.web.gradio_builder`); also on when `WEB_ENV_VAR` is true (`web_enabled`).
-        web_scenario: The web page's first scenario choice; None: `PAGE_SCENARIO` (a micro-benchmark whose
-            decision takes a few clicks).
+        web_scenario: The web page's first scenario choice; None: `page_scenario`'s rule (the server's
+            scenario, or `PAGE_SCENARIO`, a micro-benchmark whose decision takes a few clicks, for the default).
 
     Raises:
         ValueError: Unknown scenario (``scenario_name`` or ``web_scenario``), ``max_sessions`` < 1 or
@@ -161,7 +204,8 @@ def create_server_app(scenario_name: str = DEFAULT_SCENARIO, max_sessions: int =
 
         from carla_gym.server.web import gradio_builder
 
-        builder = functools.partial(gradio_builder, env_factory=factory, scenario_name=web_scenario or PAGE_SCENARIO,
+        builder = functools.partial(gradio_builder, env_factory=factory,
+                                    scenario_name=page_scenario(scenario_name, web_scenario),
                                     idle_timeout_s=session_timeout)
         app = create_web_interface_app(factory, ServerAction, CarlaObservation, "carla_env",
                                        concurrency_config=config, gradio_builder=builder,

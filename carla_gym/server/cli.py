@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="concurrent sessions, WebSocket and MCP (one simulator each)")
     parser.add_argument("--scenario", default=argparse.SUPPRESS,
                         help=f"scenario when a reset names none, and the web page's first choice (default: "
-                             f"{DEFAULT_SCENARIO}; the web page then opens on {PAGE_SCENARIO}, whose decision "
-                             "takes a few clicks)")
+                             f"{DEFAULT_SCENARIO}, which one click ends: the web page then opens on {PAGE_SCENARIO}, "
+                             "whose decision takes a few clicks)")
     parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
                         help="idle seconds before a session is reclaimed")
     parser.add_argument("--web", action="store_true",
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     web = web_enabled(args.web)
-    app = create_server_app(scenario, args.max_sessions, args.session_timeout, web=web,
-                            web_scenario=getattr(args, "scenario", None))
+    app = create_server_app(scenario, args.max_sessions, args.session_timeout, web=web)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
 
     async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)
