@@ -443,6 +443,7 @@ def _mkdocs(argv, comment):
     """
     from mkdocs.__main__ import cli
 
+    argv = ["mkdocs", *argv[1:]] if argv[0] == ".venv/bin/mkdocs" else argv
     assert argv[1] in cli.commands and argv in (["mkdocs", "serve"], ["mkdocs", "build", "--strict"]), argv
     assert (REPO / "mkdocs.yml").is_file() and Path(sys.executable).with_name("mkdocs").is_file()
 
@@ -481,6 +482,7 @@ COMMAND_RULES = [  # (argv prefix, handler, slow)
     (["docker"], _docker, False),
     (["hf", "download"], _hf_download, False),
     (["mkdocs"], _mkdocs, False),
+    ([".venv/bin/mkdocs"], _mkdocs, False),
     (_is_benchmark, _benchmark, False),  # a predicate instead of a prefix
 ]
 HANDLER_FIXTURES = {_serve: "readme_servers", _collect: "readme_servers", _validate_url: "readme_servers",
