@@ -73,4 +73,3 @@ def connects(monkeypatch) -> list[tuple[str, float]]:
 
     monkeypatch.setattr(env_client, "ws_connect", counting)
     return attempts
-

@@ -52,10 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000, help="TCP port")
     parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
                         help="concurrent sessions, WebSocket and MCP (one simulator each)")
-    parser.add_argument("--scenario", default=argparse.SUPPRESS,
-                        help=f"scenario when a reset names none, and the web page's first choice (default: "
-                             f"{DEFAULT_SCENARIO}, which one click ends: the web page then opens on {PAGE_SCENARIO}, "
-                             "whose decision takes a few clicks)")
+    parser.add_argument("--scenario", default=DEFAULT_SCENARIO,
+                        help=f"scenario when a reset names none, and the web page's first choice unless it is this "
+                             f"default, which one click ends (the page then opens on {PAGE_SCENARIO}, whose decision "
+                             "takes a few clicks)")
     parser.add_argument("--session-timeout", type=float, default=DEFAULT_SESSION_TIMEOUT,
                         help="idle seconds before a session is reclaimed")
     parser.add_argument("--web", action="store_true",
@@ -64,9 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: must be in 0..65535")
-    scenario = getattr(args, "scenario", DEFAULT_SCENARIO)  # absent when not given
     try:
-        check_options(scenario, args.max_sessions, args.session_timeout)
+        check_options(args.scenario, args.max_sessions, args.session_timeout)
     except ValueError as exc:
         parser.error(str(exc))
     busy = port_in_use(args.host, args.port)
@@ -76,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     web = web_enabled(args.web)
-    app = create_server_app(scenario, args.max_sessions, args.session_timeout, web=web)
+    app = create_server_app(args.scenario, args.max_sessions, args.session_timeout, web=web)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
 
     async def announce() -> None:  # once the socket is bound (--port 0 picks a free port)

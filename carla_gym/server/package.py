@@ -38,12 +38,10 @@ from importlib import metadata, util
 from pathlib import Path
 
 from carla_gym.hints import DISTRIBUTION, python_command, typed_path
-from carla_gym.server.app import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT, check_options
+from carla_gym.server.app import DEFAULT_MAX_SESSIONS, DEFAULT_SCENARIO, DEFAULT_SESSION_TIMEOUT, check_options
 
 DEFAULT_NAME = "carla_gym"
 """Environment name of ``openenv.yaml`` (``openenv push``'s default Space name)."""
-DEFAULT_SCENARIO = "trolley_saves"
-"""Scenario of a reset that names none (``carla-gym serve``'s default, upstream's)."""
 DESCRIPTION = "CARLA trolley and navigation scenarios on carla-gym's embedded CPU simulator"
 """One line on what the environment is (openenv.yaml, pyproject.toml, README.md)."""
 TEMPLATES = Path(__file__).with_name("package_files")
