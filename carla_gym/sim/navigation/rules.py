@@ -102,15 +102,6 @@ DIFFERENCES = (
 differences table. The file is one of `UPSTREAM_FILES`, relative to `UPSTREAM_URL`."""
 
 
-def is_spec_reference(ref: str) -> bool:
-    """Whether ``ref`` names an upstream file of `UPSTREAM_FILES` (the source of a `DIFFERENCES` row).
-
-    >>> is_spec_reference("server/benchmark_scenarios/maze.py"), is_spec_reference("maze.py")
-    (True, False)
-    """
-    return ref in UPSTREAM_FILES
-
-
 def end_reason(spec: NavSpec, step: int, goal_dist: float, collided: bool) -> str | None:
     """Why the episode ends after ``step`` ticks, or None if it goes on.
 
