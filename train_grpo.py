@@ -57,12 +57,15 @@ train_log.json (TRL's log history: rewards/rubric_reward/mean, tools/call_freque
 episode/success, trolley_action/*, ...), tb/ with --report-to tensorboard, and the evaluation.
 
 The evaluation is the comparison harness's (`agents.evaluation`): the trained model (agent
-``grpo``, greedy decoding) and the catalogue oracle (for reference) play --eval-episodes episodes of
-every scenario on env seeds 10000, 10001, ... (comparison seed `agents.evaluation.EVAL_SEED`, as
-train_sb3.py); eval.jsonl holds the records (`agents.records`), appended as each episode
-finishes, and eval.csv / eval.md / eval.json the summary (`agents.summary`). Evaluation episodes
-are always played out to their end and scored with the rubric, like the harness's: --no-play-out
-and --reward-mode change the training reward only.
+``grpo``, greedy decoding), and for reference the oracle (``oracle``: the simulated best outcome,
+the reference for success by actual outcome) and the catalogue's rubric answer (``rubric_answer``:
+the reference for upstream's rubric reward), play --eval-episodes episodes of every scenario on env
+seeds 10000, 10001, ... (comparison seed `agents.evaluation.EVAL_SEED`, as train_sb3.py); the two
+references are deterministic, so they play each fixed scenario once (`agents.evaluation.play_all`).
+eval.jsonl holds the records (`agents.records`), appended as each episode finishes, and eval.csv /
+eval.md / eval.json the summary (`agents.summary`). Evaluation episodes are always played out to
+their end and scored with the rubric, like the harness's: --no-play-out and --reward-mode change the
+training reward only.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ from pathlib import Path
 from typing import Literal
 
 from agents.evaluation import EVAL_SEED, play_all, write_summary
-from agents.players import ChatAgent, oracle_agent
+from agents.players import ChatAgent, oracle_agent, rubric_answer_agent
 from agents.records import MAX_EPISODES, EpisodeLog, episode_seed
 from carla_gym.cli_args import HelpFormatter, arg, check_minimums, check_url
 from carla_gym.envs.navigation import TIME_LIMIT_S
@@ -680,7 +683,9 @@ def eval_chat(args: Args, config, trainer):
 
 
 def evaluate(args: Args, config, trainer) -> int:
-    """The trained model and the oracle on every scenario (`agents.evaluation`); eval.jsonl, eval.csv/md/json.
+    """The trained model and, for reference, the oracle and the rubric answer on every scenario (`agents.evaluation`).
+
+    Writes eval.jsonl (the records) and eval.csv / eval.md / eval.json (the summary) and prints eval.md.
 
     Returns:
         0, or 130 after Ctrl-C (the episodes played so far are summarised).
@@ -688,10 +693,10 @@ def evaluate(args: Args, config, trainer) -> int:
     out = Path(config.output_dir)
     chat, turns = eval_chat(args, config, trainer)
     url = args.env_urls[0] if args.env_urls else None
+    reference = {"ticks_per_action": args.ticks_per_action, **({"backend": "openenv", "base_url": url} if url else {})}
     agents = [ChatAgent(AGENT, chat, vision=args.vision, max_tool_calling_iterations=turns, base_url=url,
                         ticks_per_action=args.ticks_per_action, image_size=args.image_size),
-              oracle_agent({"ticks_per_action": args.ticks_per_action,
-                            **({"backend": "openenv", "base_url": url} if url else {})})]
+              oracle_agent(reference), rubric_answer_agent(reference)]
     log = EpisodeLog(out / "eval.jsonl")
     log.path.unlink(missing_ok=True)
     records: list[dict] = []
@@ -711,8 +716,8 @@ def evaluate(args: Args, config, trainer) -> int:
             agent.close()
     write_summary(records, [agent.name for agent in agents], args.eval_scenario, out, "eval",
                   extra={"script": "train_grpo.py", "model": args.model, "global_step": trainer.state.global_step})
-    print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; the oracle for reference):\n"
-          f"{(out / 'eval.md').read_text()}")
+    print(f"\nevaluation ({args.eval_episodes} episodes per scenario, greedy; the oracle and the rubric answer for "
+          f"reference):\n{(out / 'eval.md').read_text()}")
     return code
 
 

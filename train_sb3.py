@@ -1,9 +1,9 @@
 """Train PPO or SAC on CarlaTrolley-v0 or CarlaNavigation-v0 with stable-baselines3, optionally with CLIP shaping.
 
 Usage:
-    python train_sb3.py                                            # PPO, tools, state vector, escape_exists
+    python train_sb3.py                                            # PPO, tools, state vector, generated family
     python train_sb3.py --scenario mixed --total-timesteps 100000  # a suite (carla_gym.suites) or names
-    python train_sb3.py --scenario trolley_generated_train --total-timesteps 20000   # evaluated on the test split
+    python train_sb3.py --scenario trolley_micro_escape_exists     # one of upstream's fixed scenarios
     python train_sb3.py --algo sac                                 # SAC on control actions [steer, throttle]
     python train_sb3.py --policy MultiInputPolicy                  # 84x84 image (NatureCNN) + state
     python train_sb3.py --clip vit-b-32 --clip-pretrained laion2b_s34b_b79k   # CLIP-shaped rewards
@@ -12,23 +12,30 @@ Usage:
     python train_sb3.py --env CarlaNavigation-v0 --traffic 0       # VLM-RL's route following (PPO, state vector)
     python train_sb3.py --env CarlaNavigation-v0 --algo sac --preset vlm-rl --clip vlm-rl   # VLM-RL itself
 
-One run directory (--output-dir) holds: config.json (the resolved arguments, typed
-hyperparameters and the environment's settings, which agents.compare sb3:<dir> plays in),
-model.zip (final model), checkpoints/step_<N>/ (the newest --keep-checkpoints; resumable: model,
-random states, envs, and in the newest the filled part of SAC's replay buffer),
-tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as rollout/ep_shaped_rew_mean,
-CLIP similarities under clip/), evaluations.csv (periodic evaluations, appended as they finish:
-success by actual outcome, pedestrians actually hit, road departures, then upstream's rubric
-reward and success), eval.jsonl (one record per final evaluation episode of the model and of the
-oracle, appended as it finishes), eval.csv, eval.md and eval.json (their summary per scenario, in
-the format of agents.compare's summary, outcomes first; eval.json also records the reward mode
-trained with and the scenarios trained and evaluated on) and learning_curve.png (one panel per
-measure). Evaluation plays --eval-scenario (default: the training scenarios, except that
+By default it trains on the generated family's train split (trolley_generated_train, 16 batched envs,
+the outcome reward) and evaluates on its held-out test split. One run directory (--output-dir)
+holds: config.json (the resolved arguments, typed hyperparameters and the environment's settings,
+which agents.compare sb3:<dir> plays in), model.zip (final model), checkpoints/step_<N>/ (the
+newest --keep-checkpoints; resumable: model, random states, envs, and in the newest the filled part
+of SAC's replay buffer), tb/ (TensorBoard: env reward as rollout/ep_rew_mean, shaped reward as
+rollout/ep_shaped_rew_mean, CLIP similarities under clip/), evaluations.csv (the periodic
+evaluations, each after the update it follows, appended as they finish, and last the final
+evaluation of the saved model at the final step: success by actual outcome, pedestrians actually
+hit, road departures, then upstream's rubric reward and success), eval.jsonl (one record per final
+evaluation episode, appended as it finishes: the model, then on the same seeds the oracle, the
+constant policies of its action mode and a uniformly random agent), eval.csv, eval.md and
+eval.json (their summary per agent and scenario, in the format of agents.compare's summary,
+outcomes first; eval.json also records the reward mode trained with, the scenarios trained and
+evaluated on and the best constant policy), learning_curve.png (one panel per measure) and
+episodes.gif (the model's first 3 evaluation episodes, front camera beside the bird's-eye view).
+Evaluation plays --eval-scenario (default: the training scenarios, except that
 trolley_generated_train is evaluated on the held-out trolley_generated_test; the script says
 which) on seeds 10000, 10001, ..., and scores both what actually happened ("success by actual
 outcome": as few pedestrians hit, then road departures, as the best candidate policy in that
 layout) and upstream's rubric ("rubric success": the classified action reaches the scenario's best
-rubric reward), whatever the training reward. --reward-mode auto trains on the rubric, except on
+rubric reward), whatever the training reward; it prints a short summary (success by actual outcome
+with its 95% interval, pedestrians hit, road departures, beside the oracle, the best constant
+policy and random) and eval.md has every measure. --reward-mode auto trains on the rubric, except on
 the generated family (every training scenario generated), where it trains on actual outcomes
 (physical): that family's rubric is this project's own, and what it reports is the outcome.
 SB3 trains in whole rollouts: a --total-timesteps that is not a multiple of one is rounded up,
@@ -41,21 +48,25 @@ agents.compare), and evaluation follows VLM-RL's eval.py (carla_gym.sb3.nav_eval
 evaluation route (the first --eval-routes of its 10), deterministic actions, VLM-RL's evaluation end
 rules (termination="vlm-rl-eval": no off-track or too-fast end; stopped, no progress after 10 s,
 success, collision, arrival, the 300 s time limit), the same rules by which agents.compare plays every
-agent, periodically at the first --eval-traffic level and finally at each; evaluations.csv, eval.csv and
-learning_curve.png give route completion, collision rate, success rate and the mean return (VLM-RL's
-reward; agents.compare reports upstream's rubric instead); eval.jsonl holds every episode's outcome.
+agent, periodically at the first --eval-traffic level and finally at each (the first level's final
+result is the last row of evaluations.csv); evaluations.csv, eval.csv and learning_curve.png give
+route completion, collision rate, success rate and the mean return (VLM-RL's reward; agents.compare
+reports upstream's rubric instead); eval.jsonl holds every episode's outcome.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import gymnasium as gym
+import numpy as np
 
 import carla_gym  # noqa: F401 - registers CarlaTrolley-v0
 from carla_gym.cli_args import arg, check_minimums, check_url, parser_for
@@ -70,23 +81,41 @@ from stable_baselines3 import PPO, SAC  # noqa: E402
 from stable_baselines3.common.callbacks import CallbackList  # noqa: E402
 
 from agents.evaluation import EVAL_SEED, play_all, pooled_row, write_summary  # noqa: E402
-from agents.players import GymAgent, oracle_agent  # noqa: E402
-from agents.records import MAX_EPISODES, EpisodeLog  # noqa: E402
+from agents.players import GymAgent, RandomAgent, oracle_agent  # noqa: E402
+from agents.records import MAX_EPISODES, EpisodeLog, episode_seed  # noqa: E402
 from agents.sb3 import ModelPolicy  # noqa: E402
+from agents.scripted import CONSTANT_AGENTS, CONTROL_CONSTANT_AGENTS, SCRIPTED_AGENTS  # noqa: E402
 from carla_gym.reward.encoder import FAITHFUL_MODEL  # noqa: E402
 from carla_gym.reward.shaping import check_shaping  # noqa: E402
 from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
 from carla_gym.sb3.callbacks import EvaluateEvery, LogShaping, WallClock  # noqa: E402
 from carla_gym.sb3.checkpoint import CheckpointEvery, latest_checkpoint, replay_buffer_note, resume  # noqa: E402
 from carla_gym.sb3.envs import batched_problem, make_venv  # noqa: E402
-from carla_gym.sb3.evaluations import EVAL_COLUMNS, NAV_COLUMNS, NAV_MEASURES, drop_rows_after  # noqa: E402
+from carla_gym.sb3.evaluations import (  # noqa: E402
+    EVAL_COLUMNS,
+    NAV_COLUMNS,
+    NAV_MEASURES,
+    drop_rows_after,
+    write_final_row,
+)
 from carla_gym.sb3.plots import NAV_PANELS, plot_learning_curve  # noqa: E402
+from carla_gym.sim.outcomes import DECISION_TICKS  # noqa: E402
+from carla_gym.sim.scenarios import is_generated  # noqa: E402
 
 CLIP_FLAGS = {"pretrained": "--clip-pretrained", "device": "--clip-device", "mode": "--clip-mode",
               "weight": "--clip-weight", "cache_dir": None, "model_name": None}
 """Keywords of the CLIP reward model and shaping -> this script's flags, for their errors (`as_flags`); None: the
 flag does not exist (the --clip preset sets the model; weights come from --clip-pretrained or the default cache)."""
 
+
+DEFAULT_SCENARIO = "trolley_generated_train"
+"""The default training scenario on CarlaTrolley-v0 (this project's choice): the generated family's train split,
+evaluated on its held-out test split, with the outcome reward (``--reward-mode auto``)."""
+DEFAULT_N_ENVS = 16
+"""Default ``--n-envs`` on CarlaTrolley-v0 (this project's choice: the batched env steps 16 worlds in one call)."""
+NAV_N_ENVS = 4
+"""Default ``--n-envs`` on CarlaNavigation-v0: the CPU recipe's (this project's choice; benchmarks/learn_nav.py and
+docs/performance.md measure it with this value)."""
 
 NAV = runs.NAVIGATION
 NAV_SCENARIO = "route_Town02"
@@ -109,15 +138,15 @@ class Args:
         "auto", "tools (Discrete(4) on CarlaTrolley-v0, Discrete(8) on CarlaNavigation-v0), control (Box: steer, "
                 "throttle/brake) or auto (CarlaTrolley-v0: tools for ppo, control for sac; CarlaNavigation-v0: "
                 "control)")
-    scenario: list[str] = arg(["trolley_micro_escape_exists"], "scenario or suite names (suites: micro, "
-                               "micro_deadzone, trainable, probes, mixed, action_bias); several are sampled per "
-                               f"reset; CarlaNavigation-v0: route_<town>, default {NAV_SCENARIO}")
+    scenario: list[str] = arg([DEFAULT_SCENARIO], "scenario or suite names (suites: micro, micro_deadzone, "
+                                                  "trainable, probes, mixed, action_bias); several are sampled per "
+                                                  f"reset; CarlaNavigation-v0: route_<town>, default {NAV_SCENARIO}")
     total_timesteps: int = arg(0, "environment steps (decisions) to train, rounded up to whole rollouts; 0: "
                                   "the preset's default")
     preset: Literal["cpu", "vlm-rl"] = arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published "
                                                   "settings)")
     seed: int = arg(0, "seed of torch, numpy and the environments")
-    n_envs: int = arg(4, "parallel environments")
+    n_envs: int = arg(DEFAULT_N_ENVS, f"parallel environments (CarlaNavigation-v0: default {NAV_N_ENVS})")
     vec_env: Literal["batched", "dummy", "subproc"] = arg(
         "batched", "vector env: batched (CarlaTrolley-v0 on the embedded backend: every env in one array step; "
                    "other settings fall back to dummy), dummy (single envs in this process) or subproc (one process "
@@ -191,6 +220,7 @@ def resolve_navigation(args: Args, given: set[str]) -> Args:
     Exits naming the flags when ``--policy`` and ``--observation-mode`` contradict each other.
     """
     scenario = args.scenario if "--scenario" in given else [NAV_SCENARIO]
+    n_envs = args.n_envs if "--n-envs" in given else NAV_N_ENVS
     from carla_gym.envs.navigation import DEFAULT_TICKS
 
     action_mode = "control" if args.action_mode == "auto" else args.action_mode
@@ -208,7 +238,8 @@ def resolve_navigation(args: Args, given: set[str]) -> Args:
         from carla_gym.envs.spaces import VLM_RL_STEER_SMOOTHING
 
         smoothing = VLM_RL_STEER_SMOOTHING if args.preset == "vlm-rl" and action_mode == "control" else 0.0
-    return dataclasses.replace(args, scenario=list(scenario), ticks_per_action=ticks, action_mode=action_mode,
+    return dataclasses.replace(args, scenario=list(scenario), n_envs=n_envs, ticks_per_action=ticks,
+                               action_mode=action_mode,
                                observation_mode=observation, policy=policy, steer_smoothing=smoothing,
                                reward_mode="vlm-rl" if args.reward_mode == "auto" else args.reward_mode)
 
@@ -222,8 +253,6 @@ def resolve(args: Args, argv: list[str] | None = None) -> Args:
     if args.env == NAV:
         args = resolve_navigation(args, given_flags(argv or []))
     action_mode = args.action_mode if args.action_mode != "auto" else "control" if args.algo == "sac" else "tools"
-    defaults = {**presets.DEFAULT_TIMESTEPS, **(presets.NAV_DEFAULT_TIMESTEPS if args.env == NAV else {})}
-    total = args.total_timesteps or defaults[(args.preset, args.algo)]
     clip_mode, clip_pretrained = args.clip_mode, args.clip_pretrained
     if args.clip != "none":
         clip_mode = clip_mode or ("replace" if args.clip == "vlm-rl" else "add")
@@ -232,6 +261,9 @@ def resolve(args: Args, argv: list[str] | None = None) -> Args:
         scenario = list(resolve_scenarios(args.scenario)) if args.env != NAV else list(args.scenario)
     except ValueError as exc:
         sys.exit(f"--scenario: {exc}")
+    defaults = {**presets.DEFAULT_TIMESTEPS, **(presets.NAV_DEFAULT_TIMESTEPS if args.env == NAV else {}),
+                **(presets.GENERATED_DEFAULT_TIMESTEPS if args.env != NAV and runs.all_generated(scenario) else {})}
+    total = args.total_timesteps or defaults[(args.preset, args.algo)]
     eval_scenario = list(args.eval_scenario)  # CarlaNavigation-v0 evaluates on routes (check_env_flags refuses it)
     if args.env != NAV:
         try:
@@ -405,11 +437,261 @@ def clip_shaping(args: Args) -> tuple | None:
     return model, args.clip_mode, clip_weight(args), args.clip == "vlm-rl"
 
 
+GIF_EPISODES = 3
+"""Evaluation episodes of the trained model in ``episodes.gif`` (this project's choice: a few seconds to write)."""
+
+
+class RandomControl:
+    """Uniformly random ``[steer, throttle_or_brake]`` in [-1, 1]^2 at every step, seeded per episode and scenario.
+
+    The control counterpart of `agents.players.RandomAgent` (the same seeding: call `reset` first).
+    """
+
+    deterministic = False
+    """It samples: an evaluation plays it on every episode (`agents.evaluation.play_all`)."""
+
+    def __init__(self) -> None:
+        self._rng = np.random.default_rng(0)
+
+    def reset(self, seed: int, scenario: str) -> None:
+        """Restart the random stream for an episode: independent across scenarios and seeds."""
+        self._rng = np.random.default_rng([seed, zlib.crc32(scenario.encode())])
+
+    def act(self, observation, info: dict) -> np.ndarray:
+        """A random action: float32 array of shape (2,), both entries uniform in [-1, 1]."""
+        return self._rng.uniform(-1.0, 1.0, 2).astype(np.float32)
+
+
+def baseline_agents(eval_kwargs: dict) -> tuple[list[GymAgent], GymAgent]:
+    """The constant policies and the uniformly random agent of the trained model's action mode.
+
+    They observe the state vector (they ignore it; rendering a camera would only cost time). Tool
+    actions: the constant tool policies (`agents.scripted.CONSTANT_AGENTS`), at 10 ticks per
+    decision (`carla_gym.sim.outcomes.DECISION_TICKS`, the candidate policies' rate, at which each
+    plays its candidate policy whatever the model's ticks per action), and `agents.players.RandomAgent`
+    at the model's ticks per action. Control actions: the constant control policies
+    (`agents.scripted.CONTROL_CONSTANT_AGENTS`: full or no steer either way with full brake, no pedal
+    or full throttle) and `RandomControl`, in the model's env (ticks per action, steering smoothing).
+
+    Args:
+        eval_kwargs: The `CarlaTrolley-v0` keyword arguments the model acts in (``action_mode`` included).
+
+    Returns:
+        ``(constants, random)``: GymAgents named as `agents.compare` names them (``brake``,
+        ``control_steer_left_brake``, ``random``, ...).
+    """
+    state = {**eval_kwargs, "observation_mode": "state"}
+    if eval_kwargs["action_mode"] == "control":
+        constants = [GymAgent(name, SCRIPTED_AGENTS[name](), state) for name in CONTROL_CONSTANT_AGENTS]
+        return constants, GymAgent("random", RandomControl(), state)
+    tools = {**state, "ticks_per_action": DECISION_TICKS}
+    constants = [GymAgent(name, SCRIPTED_AGENTS[name](), tools) for name in CONSTANT_AGENTS]
+    return constants, GymAgent("random", RandomAgent(), state)
+
+
+def best_constant(pooled: dict[str, dict], constants: list[str]) -> str:
+    """The constant policy with the highest success by actual outcome (ties: the first in ``constants``).
+
+    A rate that does not apply (NaN: action_bias scenarios only) ranks last.
+
+    >>> best_constant({"brake": {"outcome_success_rate": 0.4}, "inaction": {"outcome_success_rate": 0.4},
+    ...                "swerve_left": {"outcome_success_rate": float("nan")}}, ["swerve_left", "inaction", "brake"])
+    'inaction'
+    """
+    def rate(name: str) -> float:
+        value = pooled[name]["outcome_success_rate"]
+        return -1.0 if math.isnan(value) else value
+
+    return max(constants, key=rate)
+
+
+def success_text(row: dict) -> str:
+    """Success by actual outcome of a summary row with its 95% interval, as the short summary prints it.
+
+    ``46% [37%, 56%]``, ``100% exact`` (identical replicates), ``46%`` (no interval: a single episode)
+    or ``n/a`` (action_bias scenarios only, where it does not apply).
+
+    >>> success_text({"outcome_success_rate": 0.46, "outcome_success_ci95_low": 0.366,
+    ...               "outcome_success_ci95_high": 0.557, "replicates_identical": False})
+    '46% [37%, 56%]'
+    >>> success_text({"outcome_success_rate": 1.0, "outcome_success_ci95_low": float("nan"),
+    ...               "outcome_success_ci95_high": float("nan"), "replicates_identical": True})
+    '100% exact'
+    """
+    rate, low = row["outcome_success_rate"], row["outcome_success_ci95_low"]
+    if math.isnan(rate):
+        return "n/a"
+    if row["replicates_identical"]:
+        return f"{rate:.0%} exact"
+    return f"{rate:.0%}" + ("" if math.isnan(low) else f" [{low:.0%}, {row['outcome_success_ci95_high']:.0%}]")
+
+
+def summary_lines(args: Args, out: Path, pooled: dict[str, dict], labels: dict[str, str], records: list[dict],
+                  trained: str, gif: Path | None) -> list[str]:
+    """The evaluation part of the final printout: where and how it played, one line per agent, the files.
+
+    Args:
+        args: The run's arguments (evaluation scenarios and episodes, training scenarios).
+        out: The run directory.
+        pooled: Agent name -> its pooled summary row (`agents.evaluation.pooled_row`).
+        labels: Agent name -> the label printed, in print order.
+        records: The final evaluation's records (the episodes ``episodes.gif`` shows).
+        trained: The trained model's agent name.
+        gif: ``episodes.gif``, or None when none was written.
+    """
+    scenarios = args.eval_scenario
+    held_out = not set(scenarios) & set(args.scenario)
+    where = ", ".join(scenarios) if len(scenarios) < 3 else f"{len(scenarios)} scenarios"
+    each = " per scenario" if len(scenarios) > 1 else ""
+    layouts = " (a new layout each)" if all(is_generated(name) for name in scenarios) else ""
+    first, last = episode_seed(EVAL_SEED, 0), episode_seed(EVAL_SEED, args.eval_episodes - 1)
+    lines = [f"evaluation on {'held-out ' if held_out else ''}{where}: {args.eval_episodes} episodes{each}{layouts}, "
+             f"env seeds {first}-{last}, the same for every agent:"]
+    width = max(len(label) for label in labels.values())
+    lines.append(f"  {'agent':<{width}}  {'episodes':>8}  {'success by actual outcome':<26}  {'hit/episode':>11}  "
+                 "road departures")
+    for name, label in labels.items():
+        row = pooled[name]
+        lines.append(f"  {label:<{width}}  {row['episodes']:>8}  {success_text(row):<26}  "
+                     f"{row['actual_pedestrians_hit']:>11.2f}  {row['road_departure_rate']:.0%}")
+    if any(pooled[name]["episodes"] < args.eval_episodes * len(scenarios) for name in labels):
+        lines.append("  (fewer episodes: a deterministic agent plays a fixed scenario once, as every replay of it is "
+                     "the same episode)")
+    files = "eval.md (every measure per agent and scenario), learning_curve.png"
+    if gif is not None:
+        shown = len(gif_records(records, trained, scenarios))
+        files += f", {gif.name} ({shown} evaluation episode{'s' if shown > 1 else ''} of {trained})"
+    lines.append(f"files in {out}: {files}")
+    return lines
+
+
+def gif_records(records: list[dict], agent: str, scenarios: list[str], count: int = GIF_EPISODES) -> list[dict]:
+    """The first ``count`` evaluation episodes of ``agent``, taking each scenario in turn (episode 0 of each first)."""
+    order = {name: i for i, name in enumerate(scenarios)}
+    mine = [r for r in records if r["agent"] == agent]
+    return sorted(mine, key=lambda r: (r["seed"], r["episode"], order.get(r["scenario"], len(order))))[:count]
+
+
+def episode_caption(record: dict) -> str:
+    """The first caption line of an episode in ``episodes.gif``: who, where, and its outcome beside the best one.
+
+    >>> episode_caption({"agent": "ppo", "scenario": "trolley_generated_test", "episode": 2, "seed": 10,
+    ...                  "actual_pedestrians_hit": 1, "road_departure": False, "outcome_success": False,
+    ...                  "best_pedestrians_hit": 0, "best_road_departure": True})
+    'ppo | generated_test, episode 2 | 1 hit | best outcome: 0 hit, off road'
+    """
+    def outcome(hits: int, departed: bool) -> str:
+        return f"{hits} hit" + (", off road" if departed else "")
+
+    result = outcome(record["actual_pedestrians_hit"], record["road_departure"])
+    best = ("= the best outcome" if record["outcome_success"] else
+            f"best outcome: {outcome(record['best_pedestrians_hit'], record['best_road_departure'])}")
+    return (f"{record['agent']} | {record['scenario'].removeprefix('trolley_')}, episode {record['episode']} | "
+            f"{result} | {best}")
+
+
+def write_episodes_gif(records: list[dict], path: Path, ticks_per_action: int) -> Path:
+    """Replay ``records`` (`agents.video.replay`) into one animated GIF, front camera beside the bird's-eye view.
+
+    One frame per 0.05 s tick at real-time speed, each episode's last frame held 1.5 s; a caption band
+    (`agents.video.with_caption`) gives the episode and its outcome, then tick, time, action and speed.
+    Written with Pillow (a core dependency; the ``[sb3]`` install has no imageio), in one 255-colour
+    palette, atomically.
+
+    Args:
+        records: Episode records of `CarlaTrolley-v0` (tool or control actions, no steering smoothing).
+        path: The GIF to write.
+        ticks_per_action: Ticks per decision of the recorded episodes.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: No records.
+    """
+    from PIL import Image
+
+    from agents.video import caption, replay, with_caption
+    from carla_gym.sim import constants as C
+
+    if not records:
+        raise ValueError("records=[]: a GIF needs at least one episode")
+    frames, durations = [], []
+    for record in records:
+        front, states, _ = replay(record, "front", (320, 180), ticks_per_action)
+        top, _, _ = replay(record, "birdeye", (180, 180), ticks_per_action)
+        head = episode_caption(record)
+        for a, b, state in zip(front, top, states, strict=True):
+            frames.append(with_caption(np.concatenate([a, b], axis=1), (head, caption(record, state)[1])))
+            durations.append(round(1000 * C.DT))
+        durations[-1] = 1500
+    # one palette for every frame, from a sample of them: each frame maps onto it without dithering, and the
+    # frames are stored whole (Pillow's per-frame palette and difference search take seconds)
+    sample = np.concatenate(frames[::max(len(frames) // 8, 1)], axis=0)
+    palette = Image.fromarray(sample).quantize(colors=255, method=Image.Quantize.MEDIANCUT)
+    images = [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
+    tmp = path.with_name(path.stem + ".tmp.gif")
+    images[0].save(tmp, save_all=True, append_images=images[1:], duration=durations, loop=0, optimize=False)
+    replace_durably(tmp, path)
+    return path
+
+
+def finish_trolley(args: Args, out: Path, trained: GymAgent, eval_kwargs: dict, timesteps: int,
+                   train_seconds: float) -> dict:
+    """CarlaTrolley-v0's final evaluation, its files and the short summary it prints.
+
+    The model, the oracle, the constant policies of its action mode and random (`baseline_agents`) play
+    the same scenarios and seeds, records appended to eval.jsonl as they finish; then the model's
+    result becomes the last row of evaluations.csv (`carla_gym.sb3.evaluations.write_final_row`), the
+    learning curve and episodes.gif are drawn, and eval.csv, eval.md and eval.json are written (eval.json
+    last: the run is complete).
+
+    Returns:
+        eval.json's content.
+    """
+    log = EpisodeLog(out / "eval.jsonl")
+    log.path.unlink(missing_ok=True)  # an evaluation cut short by a crash is redone
+    constants, random = baseline_agents(eval_kwargs)
+    players = [trained, oracle_agent(eval_kwargs), *constants, random]
+    try:
+        records = play_all(players, args.eval_scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
+    finally:
+        for player in players:
+            player.close()
+    pooled = {player.name: pooled_row(records, player.name) for player in players}
+    best = best_constant(pooled, [c.name for c in constants])
+    write_final_row(out / "evaluations.csv", timesteps, pooled[trained.name], train_seconds)
+    where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
+    if args.eval_scenario != args.scenario:
+        where += (f", evaluated on {', '.join(args.eval_scenario)}" if len(args.eval_scenario) < 3
+                  else f", evaluated on {len(args.eval_scenario)} scenarios")
+    plot_learning_curve(out / "evaluations.csv", out / "learning_curve.png",
+                        f"{args.algo.upper()} on {where} (reward mode {args.reward_mode})")
+    gif = None
+    if "steer_smoothing" not in eval_kwargs:  # agents.video replays without the steer filter
+        gif = write_episodes_gif(gif_records(records, trained.name, args.eval_scenario), out / "episodes.gif",
+                                 args.ticks_per_action)
+    write_summary(records, [player.name for player in players], args.eval_scenario, out, "eval",
+                  extra={"algo": args.algo, "reward_mode": args.reward_mode, "scenario": args.scenario,
+                         "eval_scenario": args.eval_scenario, "train_seconds": round(train_seconds, 1),
+                         "total_timesteps": int(timesteps), "episodes_per_scenario": args.eval_episodes,
+                         "eval_seed": EVAL_SEED, "best_constant": best})
+    discard_set_aside(out)  # the new run is complete
+    labels = {trained.name: f"{trained.name} (trained)", "oracle": "oracle (best outcome)",
+              best: f"best constant: {best}", random.name: "random"}
+    print(f"trained {args.algo.upper()} for {timesteps} steps in {train_seconds:.1f} s with reward mode "
+          f"{args.reward_mode}; model saved to {out / 'model.zip'}")
+    print("\n".join(summary_lines(args, out, pooled, labels, records, trained.name, gif)))
+    return json.loads((out / "eval.json").read_text())
+
+
 def finish_navigation(args: Args, out: Path, act, eval_kwargs: dict, timesteps: int, train_seconds: float) -> dict:
     """CarlaNavigation-v0's final evaluation (`carla_gym.sb3.nav_eval`), its files and the learning curve.
 
     One episode per evaluation route at every ``--eval-traffic`` level, appended to eval.jsonl as it
-    finishes; then eval.csv, eval.md and eval.json (last: the run is complete) and learning_curve.png.
+    finishes; then the first level's result as the last row of evaluations.csv
+    (`carla_gym.sb3.evaluations.write_final_row`), eval.csv, eval.md and eval.json (the run is complete)
+    and learning_curve.png.
 
     Returns:
         eval.json's content.
@@ -424,6 +706,9 @@ def finish_navigation(args: Args, out: Path, act, eval_kwargs: dict, timesteps: 
     records = [r for traffic in args.eval_traffic
                for r in nav_eval.play_routes(act, eval_kwargs, traffic, routes=range(args.eval_routes),
                                              on_record=append)]
+    write_final_row(out / "evaluations.csv", timesteps,
+                    nav_eval.summarise([r for r in records if r["traffic"] == args.eval_traffic[0]]), train_seconds,
+                    NAV_MEASURES)
     summary = nav_eval.write_summary(records, out, extra={
         "algo": args.algo, "train_seconds": round(train_seconds, 1), "total_timesteps": int(timesteps),
         "routes_per_level": args.eval_routes, "eval_seed": nav_eval.EVAL_SEED})
@@ -456,7 +741,8 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             args = resolve(args, argv)
             extractor = args.env == NAV and args.policy == "MultiInputPolicy"  # VLM-RL's CNN for its Dict observation
-            hyper = {**presets.hyperparameters(args.preset, args.algo, extractor, navigation=args.env == NAV),
+            hyper = {**presets.hyperparameters(args.preset, args.algo, extractor, navigation=args.env == NAV,
+                                               generated=args.env != NAV and runs.all_generated(args.scenario)),
                      **presets.parse_overrides(args.algo, args.hp)}
     except ValueError as exc:
         sys.exit(str(exc))
@@ -511,6 +797,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(note, flush=True)
 
     # --- train: periodic evaluations (the policy alone, a fifth of the final episodes) and checkpoints ---
+    # both run at rollout starts, after the update; the evaluation first (CallbackList order), so the checkpoint of
+    # a step holds the policy its row scored and a resume from it does not redo that row
     # the env the model acts in (its observation, action and reward settings, as agents.compare sb3:<dir> reads
     # them from config.json); on navigation nav_eval.play_routes adds VLM-RL's evaluation end rules, which
     # agents.compare plays every agent by (agents.nav.make_case_env), so both give a route the same outcome
@@ -557,40 +845,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.env == NAV:
         return finish_navigation(args, out, act, eval_kwargs, model.num_timesteps, train_seconds)
 
-    # --- evaluate: the policy and the oracle on the same seeds, records to eval.jsonl as they finish ---
-    log = EpisodeLog(out / "eval.jsonl")
-    log.path.unlink(missing_ok=True)  # an evaluation cut short by a crash is redone
-    players = [trained, oracle_agent(eval_kwargs)]
-    try:
-        records = play_all(players, args.eval_scenario, [EVAL_SEED], args.eval_episodes, on_record=log.append)
-    finally:
-        for player in players:
-            player.close()
-
-    # --- the summary (eval.json marks the run complete) and the learning curve ---
-    write_summary(records, [trained.name, "oracle"], args.eval_scenario, out, "eval",
-                  extra={"algo": args.algo, "reward_mode": args.reward_mode, "scenario": args.scenario,
-                         "eval_scenario": args.eval_scenario, "train_seconds": round(train_seconds, 1),
-                         "total_timesteps": int(model.num_timesteps), "episodes_per_scenario": args.eval_episodes,
-                         "eval_seed": EVAL_SEED})
-    where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
-    if args.eval_scenario != args.scenario:
-        where += (f", evaluated on {', '.join(args.eval_scenario)}" if len(args.eval_scenario) < 3
-                  else f", evaluated on {len(args.eval_scenario)} scenarios")
-    plot_learning_curve(out / "evaluations.csv", out / "learning_curve.png",
-                        f"{args.algo.upper()} on {where} (reward mode {args.reward_mode})")
-    discard_set_aside(out)  # the new run is complete
-    policy, oracle = (pooled_row(records, name) for name in (trained.name, "oracle"))
-    print(f"trained {model.num_timesteps} steps in {train_seconds:.1f} s; model saved to {out / 'model.zip'}")
-    print(f"evaluation on {', '.join(args.eval_scenario)}, {args.eval_episodes} episodes per scenario (trained with "
-          f"reward mode {args.reward_mode}): success by actual outcome {policy['outcome_success_rate']:.1%} (oracle "
-          f"{oracle['outcome_success_rate']:.1%}), pedestrians actually hit {policy['actual_pedestrians_hit']:.2f} "
-          f"per episode (best {policy['best_pedestrians_hit']:.2f}), road departures "
-          f"{policy['road_departure_rate']:.1%}; upstream rubric: reward {policy['mean_reward']:.3f} (oracle "
-          f"{oracle['mean_reward']:.3f}), rubric success {policy['success_rate']:.1%}; per scenario "
-          f"({out / 'eval.md'}):")
-    print((out / "eval.md").read_text(), end="")
-    return json.loads((out / "eval.json").read_text())
+    # --- evaluate: the policy and its baselines on the same seeds; the summary and the files ---
+    return finish_trolley(args, out, trained, eval_kwargs, model.num_timesteps, train_seconds)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ Usage:
     python -m agents.compare --scenario nav_eval_routes_20 --agents follow_route random ppo=sb3:runs/nav_ppo
 
 Every agent plays every scenario for every seed and episode (env seed ``1000 * seed + episode``),
-scored by what actually happened (success by actual outcome, pedestrians hit, road departures)
+except that a deterministic agent (`is_deterministic_kind`) plays a fixed scenario once, as its
+episode is the same at every seed (`agents.evaluation`: the summary says so), scored by what
+actually happened (success by actual outcome, pedestrians hit, road departures)
 and by upstream's rubric beside it. Writes into ``--out``: config.json, episodes.jsonl (one record
 per episode, appended as it finishes; ``--resume`` skips the recorded ones), summary.md,
 summary.csv and summary.json (per agent and scenario, outcomes first, with 95% intervals; framing
@@ -316,11 +318,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         sys.exit(str(exc))
 
 
+def is_deterministic_kind(kind: str) -> bool:
+    """Whether agents of ``kind`` act deterministically: the scripted ones and ``sb3`` runs (deterministic actions).
+
+    The scripted kinds are those of `agents.scripted.SCRIPTED_AGENTS`; `agents.evaluation.is_deterministic`
+    finds the same for the agents built (`agents.specs.build_agent`). They play a fixed scenario once
+    (`agents.evaluation.episodes_to_play`); ``random`` and the chat kinds play every episode.
+    """
+    from agents.scripted import SCRIPTED_AGENTS
+
+    return kind in SCRIPTED_AGENTS or kind == "sb3"
+
+
 class _Deferred:
     """An agent of the sequential part, built on its first episode (a model loads only if it has one to play)."""
 
     def __init__(self, spec, base_url: str | None, settings: dict) -> None:
         self.name, self._spec, self._base_url, self._settings = spec.label, spec, base_url, settings
+        self.deterministic = is_deterministic_kind(spec.kind)  # read by agents.evaluation.play_all
 
     def play(self, scenario: str, seed: int, episode: int) -> dict:
         """Play one episode (`_play`: the agent is built once)."""
@@ -340,7 +355,7 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     """
     import multiprocessing
 
-    from agents.evaluation import play_all, write_summary
+    from agents.evaluation import episodes_to_play, is_fixed_scenario, play_all, write_summary
     from agents.records import EpisodeLog, key_of
     from agents.specs import ticks_per_decision
     from agents.summary import framing_consistency, markdown
@@ -356,8 +371,14 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     navigation = _is_nav(args.scenario[0])
     settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations,
                 "navigation": navigation}
-    todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario for seed in args.seeds
-            for episode in range(args.episodes) if (spec.label, scenario, seed, episode) not in done]
+    # a deterministic agent plays a fixed scenario once: that episode stands for every seed and episode
+    plans = {(spec.label, scenario): episodes_to_play(is_deterministic_kind(spec.kind), scenario, args.seeds,
+                                                      args.episodes) for spec in specs for scenario in args.scenario}
+    once = {(spec.label, scenario): is_deterministic_kind(spec.kind) and is_fixed_scenario(scenario)
+            for spec in specs for scenario in args.scenario}
+    wanted = {(label, scenario, seed, episode) for (label, scenario), plan in plans.items() for seed, episode in plan}
+    todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario
+            for seed, episode in plans[(spec.label, scenario)] if (spec.label, scenario, seed, episode) not in done]
     print(f"{len(todo)} episodes to play ({len(done)} already in {log.path})", file=sys.stderr)
 
     from tqdm.auto import tqdm
@@ -378,7 +399,8 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
             while pending:
                 completed, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in completed:
-                    finished(future.result())
+                    record = future.result()
+                    finished({**record, "played_once": once[(record["agent"], record["scenario"])]})
             sequential = [spec for spec in specs if not spec.parallel]
         for spec in sequential:  # one agent at a time, freed once its episodes are done
             agent = _Deferred(spec, agent_urls[spec.label], settings)
@@ -398,9 +420,8 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
         _AGENTS.clear()
 
     labels = [s.label for s in specs]
-    wanted = {(s.label, sc, seed, e) for s in specs for sc in args.scenario for seed in args.seeds
-              for e in range(args.episodes)}
-    records = [r for r in log.read() if key_of(r) in wanted]
+    # marked again: a log of an earlier version has no played_once (and episodes a fixed scenario no longer plays)
+    records = [{**r, "played_once": once[(r["agent"], r["scenario"])]} for r in log.read() if key_of(r) in wanted]
     if navigation:
         _navigation_outputs(args, labels, records, out)
         discard_set_aside(out)

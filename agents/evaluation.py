@@ -7,10 +7,24 @@ summary (`agents.summary`).
 
 An agent is any object with ``name``, ``play(scenario, seed, episode) -> record`` and ``close()``:
 `agents.players.GymAgent` (a policy in `CarlaTrolley-v0`), `agents.players.ChatAgent` (a
-tool-calling chat model) or `agents.players.oracle_agent` (the oracle, for reference: the catalogue's
-best action on upstream's scenarios, a best candidate policy on the generated ones).
+tool-calling chat model) or `agents.players.oracle_agent` (the oracle, `agents.scripted.OracleAgent`,
+for reference).
 Episode ``episode`` of comparison seed ``seed`` plays the env seed
 `agents.records.episode_seed` ``(seed, episode) = 1000 * seed + episode``.
+
+One episode where more say nothing. The simulator is deterministic and a fixed scenario (every
+trolley scenario but the generated family, `is_fixed_scenario`) has one layout whatever the env
+seed, so a deterministic agent plays the same episode at every seed and episode there. `play_all`
+plays it once, seed ``seeds[0]``, episode 0 (`episodes_to_play`), and marks its record
+``played_once``; the summary counts it as that scenario's one, exact episode and says so
+(`agents.summary`). An agent declares itself deterministic with an attribute ``deterministic``
+(True or False), on itself or, for an `agents.players.GymAgent`, on its policy; without one,
+`is_deterministic` decides by the policy's class: the scripted agents (every policy class of
+`agents.scripted`: the constant policies, the rubric answer, the oracle) and SB3 models acting
+with ``deterministic=True`` (`agents.sb3.ModelPolicy`, `agents.sb3.SB3Policy`) are;
+`agents.players.RandomAgent`, chat agents (sampled, or served by an endpoint that does not promise
+the same reply) and any other agent are not, and play every episode. The generated family draws a
+layout per env seed, so every agent plays all its episodes there.
 """
 
 from __future__ import annotations
@@ -21,17 +35,91 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import MAX_EPISODES, key_of
+from agents.sb3 import ModelPolicy
 from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows
 from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
+from carla_gym.sim.scenarios import GENERATED_FAMILY, family_of
 
 EVAL_SEED = 10
 """Comparison seed of the training scripts' evaluations: episode i plays env seed
 ``episode_seed(EVAL_SEED, i) = 10000 + i`` (the seeds those evaluations have always used)."""
 
 
+SCRIPTED_MODULE = "agents.scripted"
+"""The module whose policy classes all act deterministically (`is_deterministic`): fixed rules of the observation."""
+DETERMINISTIC_POLICIES = (ModelPolicy,)
+"""Other policy classes that act deterministically (`is_deterministic`): SB3 models acting with
+``deterministic=True`` (`agents.sb3.SB3Policy` is a `agents.sb3.ModelPolicy`)."""
+
+
+def is_deterministic(agent) -> bool:
+    """Whether ``agent`` plays the same actions whenever it sees the same observations.
+
+    Its own ``deterministic`` attribute if it has one, else its policy's (``agent.policy``, as an
+    `agents.players.GymAgent` has), else whether the policy is a class of `SCRIPTED_MODULE` or one of
+    `DETERMINISTIC_POLICIES`.
+    """
+    if hasattr(agent, "deterministic"):
+        return bool(agent.deterministic)
+    policy = getattr(agent, "policy", None)
+    if hasattr(policy, "deterministic"):
+        return bool(policy.deterministic)
+    return type(policy).__module__ == SCRIPTED_MODULE or isinstance(policy, DETERMINISTIC_POLICIES)
+
+
+def is_fixed_scenario(scenario: str) -> bool:
+    """Whether ``scenario`` is a trolley scenario with one layout whatever the env seed: not the generated family.
+
+    Navigation cases and names the trolley catalogue does not know are not fixed (their episodes may
+    differ by seed).
+
+    Examples:
+        >>> is_fixed_scenario("trolley_micro_escape_exists"), is_fixed_scenario("trolley_generated_test")
+        (True, False)
+        >>> is_fixed_scenario("maze_navigation")
+        False
+    """
+    try:
+        return family_of(scenario) != GENERATED_FAMILY
+    except (ValueError, TypeError):
+        return False
+
+
+def episodes_to_play(deterministic: bool, scenario: str, seeds: Sequence[int],
+                     episodes: int) -> list[tuple[int, int]]:
+    """The ``(seed, episode)`` pairs an agent plays on ``scenario``: one for a deterministic agent on a fixed one.
+
+    Args:
+        deterministic: Whether the agent is deterministic (`is_deterministic`).
+        scenario: The scenario name.
+        seeds: Comparison seeds, in order.
+        episodes: Episodes per seed.
+
+    Returns:
+        ``[(seeds[0], 0)]`` when ``deterministic`` and `is_fixed_scenario` (the episode stands for every
+        other), else every seed with episodes ``0 .. episodes - 1``.
+
+    Examples:
+        >>> episodes_to_play(True, "trolley_micro_escape_exists", [3, 4], 100)
+        [(3, 0)]
+        >>> episodes_to_play(False, "trolley_micro_escape_exists", [3, 4], 2)
+        [(3, 0), (3, 1), (4, 0), (4, 1)]
+        >>> len(episodes_to_play(True, "trolley_generated_test", [0], 100))
+        100
+    """
+    if deterministic and is_fixed_scenario(scenario) and seeds:
+        return [(seeds[0], 0)]
+    return [(seed, episode) for seed in seeds for episode in range(episodes)]
+
+
 def play_all(agents: Sequence, scenarios: Sequence[str], seeds: Sequence[int], episodes: int,
-             on_record: Callable[[dict], Any] | None = None, skip: Collection[tuple] = ()) -> list[dict]:
+             on_record: Callable[[dict], Any] | None = None, skip: Collection[tuple] = (),
+             every_episode: bool = False) -> list[dict]:
     """Play every agent on every scenario, seed and episode, in that nesting order, one episode at a time.
+
+    A deterministic agent (`is_deterministic`) plays a fixed scenario once (`episodes_to_play`: seed
+    ``seeds[0]``, episode 0), its record marked ``"played_once": True``, unless ``every_episode``; every
+    other record gets ``"played_once": False``.
 
     Args:
         agents: Agents (``name``, ``play``); they are not closed here.
@@ -40,6 +128,8 @@ def play_all(agents: Sequence, scenarios: Sequence[str], seeds: Sequence[int], e
         episodes: Episodes per agent, scenario and seed, in [1, `agents.records.MAX_EPISODES`].
         on_record: Called with each record as soon as its episode ends (e.g. `agents.records.EpisodeLog.append`).
         skip: Record keys (`agents.records.key_of`) not to play, e.g. those already in a log.
+        every_episode: Play every seed and episode for deterministic agents too (e.g. to check that
+            they are one episode).
 
     Returns:
         The records of the episodes played, in play order.
@@ -55,15 +145,16 @@ def play_all(agents: Sequence, scenarios: Sequence[str], seeds: Sequence[int], e
     skip = set(skip)
     records = []
     for agent in agents:
+        deterministic = is_deterministic(agent) and not every_episode
         for scenario in scenarios:
-            for seed in seeds:
-                for episode in range(episodes):
-                    if (agent.name, scenario, seed, episode) in skip:
-                        continue
-                    record = agent.play(scenario, seed, episode)
-                    if on_record is not None:
-                        on_record(record)
-                    records.append(record)
+            once = deterministic and is_fixed_scenario(scenario)
+            for seed, episode in episodes_to_play(deterministic, scenario, seeds, episodes):
+                if (agent.name, scenario, seed, episode) in skip:
+                    continue
+                record = {**agent.play(scenario, seed, episode), "played_once": once}
+                if on_record is not None:
+                    on_record(record)
+                records.append(record)
     return records
 
 

@@ -14,9 +14,15 @@ the one rule the training evaluation also uses, `carla_gym.sb3.nav_eval.summaris
 | ``time`` | mean episode length [s] of simulated time |
 | ``total_distance`` | mean distance driven per episode [m] |
 | ``mean_reward`` | mean summed rubric reward (upstream's navigation rubric) |
-| ``decisions``, ``tool_calls`` | per episode (tool calls: chat agents only) |
+| ``decisions`` | per episode |
+| ``chat_agent`` | whether the agent is a tool-calling chat agent (`agents.records.is_chat_record`) |
+| ``tool_calls`` | per episode (chat agents only) |
 | ``tool_failures``, ``parse_failures`` | totals (chat agents) |
 | ``wall_ms`` | wall time per episode [ms] (the only column that differs between runs) |
+
+The Markdown table (`nav_markdown`) shows the tool-call columns (tool calls per episode, tool failures,
+parse failures) only where some row is a chat agent's, as the trolley summary does (`agents.summary`);
+the CSV and JSON files keep every column.
 
 An outcome's ``success`` (`carla_gym.envs.navigation.CarlaNavigationEnv`, Info): on a route, the final position
 within 5 m of the route's last waypoint (VLM-RL's rule, whatever ended the episode); in the maze and free roam,
@@ -30,12 +36,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.records import is_chat_record
 from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
 from carla_gym.sb3.nav_eval import summarise
 
 NAV_COLUMNS = ("agent", "scenario", "episodes", "success_rate", "route_completion", "collision_rate", "CPM",
-               "speed_mean", "time", "total_distance", "mean_reward", "decisions", "tool_calls", "tool_failures",
-               "parse_failures", "wall_ms")
+               "speed_mean", "time", "total_distance", "mean_reward", "decisions", "chat_agent", "tool_calls",
+               "tool_failures", "parse_failures", "wall_ms")
 """Columns of a navigation summary row (``scenario``: the case group)."""
 
 
@@ -65,6 +72,7 @@ def nav_row(agent: str, group: str, records: Sequence[dict]) -> dict[str, Any]:
         "speed_mean": vlm["speed_mean"], "time": math.fsum(r["time"] for r in records) / n,
         "total_distance": vlm["total_distance"] / n, "mean_reward": math.fsum(r["reward"] for r in records) / n,
         "decisions": sum(r["decisions"] for r in records) / n,
+        "chat_agent": any(map(is_chat_record, records)),
         "tool_calls": sum(len(r["tool_calls"]) for r in records) / n,
         "tool_failures": sum(r["tool_failures"] for r in records),
         "parse_failures": sum(r["parse_failures"] for r in records),
@@ -84,17 +92,45 @@ def nav_rows(records: Sequence[dict], agents: Sequence[str], groups: Sequence[st
     return rows
 
 
+NAV_MARKDOWN_COLUMNS = (
+    ("agent", False, lambda r: str(r["agent"])),
+    ("scenario", False, lambda r: str(r["scenario"])),
+    ("n", False, lambda r: str(r["episodes"])),
+    ("success", False, lambda r: f"{r['success_rate']:.0%}"),
+    ("route completion", False, lambda r: f"{r['route_completion']:.0%}"),
+    ("collisions", False, lambda r: f"{r['collision_rate']:.0%}"),
+    ("collisions/km", False, lambda r: f"{r['CPM']:.2f}"),
+    ("avg speed [km/h]", False, lambda r: f"{r['speed_mean']:.1f}"),
+    ("time [s]", False, lambda r: f"{r['time']:.1f}"),
+    ("distance [m]", False, lambda r: f"{r['total_distance']:.0f}"),
+    ("reward", False, lambda r: f"{r['mean_reward']:.2f}"),
+    ("decisions", False, lambda r: f"{r['decisions']:.1f}"),
+    ("tool calls/ep", True, lambda r: f"{r['tool_calls']:.1f}"),
+    ("tool failures", True, lambda r: str(r["tool_failures"])),
+    ("parse failures", True, lambda r: str(r["parse_failures"])),
+    ("ms/ep", False, lambda r: f"{r['wall_ms']:.0f}"),
+)
+"""Every column of `nav_markdown`'s table: ``(header, chat only, cell)``, outcomes first; a chat-only column
+is shown where some row is a chat agent's (``chat_agent``)."""
+
+
 def nav_markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """A Markdown table of `nav_rows`, outcomes first."""
-    lines = ["| agent | scenario | n | success | route completion | collisions | collisions/km | avg speed [km/h] | "
-             "time [s] | distance [m] | reward | decisions | tool calls/ep | tool failures | parse failures | "
-             "ms/ep |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {r['success_rate']:.0%} | "
-            f"{r['route_completion']:.0%} | {r['collision_rate']:.0%} | {r['CPM']:.2f} | {r['speed_mean']:.1f} | "
-            f"{r['time']:.1f} | {r['total_distance']:.0f} | {r['mean_reward']:.2f} | {r['decisions']:.1f} | "
-            f"{r['tool_calls']:.1f} | {r['tool_failures']} | {r['parse_failures']} | {r['wall_ms']:.0f} |")
+    """A Markdown table of `nav_rows`, outcomes first; the tool-call columns only with a chat agent's row.
+
+    Examples:
+        >>> row = dict(agent="a", scenario="g", episodes=1, success_rate=1.0, route_completion=1.0,
+        ...            collision_rate=0.0, CPM=0.0, speed_mean=18.0, time=27.0, total_distance=132.0,
+        ...            mean_reward=1.0, decisions=54.0, chat_agent=False, tool_calls=0.0, tool_failures=0,
+        ...            parse_failures=0, wall_ms=480.0)
+        >>> nav_markdown([row]).splitlines()[0].split(" | ")[-3:]  # no chat agent: no tool-call columns
+        ['reward', 'decisions', 'ms/ep |']
+        >>> nav_markdown([{**row, "chat_agent": True}]).splitlines()[2].endswith("| 54.0 | 0.0 | 0 | 0 | 480 |")
+        True
+    """
+    chat = any(r.get("chat_agent", False) for r in rows)
+    columns = [(header, cell) for header, chat_only, cell in NAV_MARKDOWN_COLUMNS if chat or not chat_only]
+    lines = ["| " + " | ".join(header for header, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r) for _, cell in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -6,10 +6,12 @@ plays the episode to its end and reports the outcome and what it did.
 
 - `GymAgent`: a policy ``act(observation, info) -> action`` (scripted, random, SB3) stepping
   `CarlaTrolley-v0` (rubric reward, 10 ticks per decision unless the SB3 run trained with another
-  value).
-- `oracle_agent`: the oracle (`agents.scripted.OracleAgent`: the catalogue's best action; on the
-  generated scenarios a best candidate policy of `carla_gym.sim.outcomes`) as a `GymAgent`, the
-  reference beside a trained model in the training scripts' evaluations.
+  value), in the action mode the policy asks for if it asks (``action_mode(info)``).
+- `oracle_agent`: the oracle (`agents.scripted.OracleAgent`: on every scenario a candidate policy of
+  `carla_gym.sim.outcomes` that reaches the simulated best outcome, in the action mode it needs) as
+  a `GymAgent`, the reference beside a trained model in the training scripts' evaluations;
+  `rubric_answer_agent`: the catalogue's rubric answer (`agents.scripted.RubricAnswerAgent`), the
+  reference for upstream's rubric reward.
 - `ChatAgent`: a `carla_gym.llm.rollout.ChatPolicy` (local transformers model or an
   OpenAI-compatible endpoint) calling the tools of `carla_gym.llm.CarlaToolEnv`, with the same
   instruction, tools and play-out as `train_grpo.py`.
@@ -27,7 +29,7 @@ import numpy as np
 
 import carla_gym  # noqa: F401  (registers the env ids)
 from agents.records import episode_seed, outcome_record
-from agents.scripted import OracleAgent
+from agents.scripted import OracleAgent, RubricAnswerAgent
 from carla_gym.envs.spaces import TOOL_ACTIONS
 
 
@@ -56,6 +58,13 @@ def action_name(action) -> str | list[float]:
 class GymAgent:
     """A policy acting in `CarlaTrolley-v0`.
 
+    A policy with ``action_mode(info) -> str`` (`agents.scripted`'s control constants and oracle)
+    chooses the ``action_mode`` of each episode from its reset info: the episode is reset in the
+    mode of the previous one (at first ``env_kwargs``' ``action_mode``, default ``"tools"``), and
+    when the policy asks for the other mode, reset again with the same seed and scenario in an env
+    of that mode (the same episode: both envs draw the scenario seed from the same ``np_random``).
+    The agent keeps one env per mode it played; ``steer_smoothing`` goes only to a control env.
+
     Args:
         name: Label in the results.
         policy: ``act(observation, info) -> action``; ``reset(seed, scenario)`` is called first if present.
@@ -67,48 +76,86 @@ class GymAgent:
         self.name, self.policy = name, policy
         self.env_kwargs = {**(env_kwargs or {}), "reward_mode": "rubric"}
         self.env_kwargs.pop("scenario", None)  # set per episode
-        self._env = None
+        self._mode = self.env_kwargs.get("action_mode", "tools")
+        self._envs: dict[str, gym.Env] = {}
+
+    def _reset(self, mode: str, scenario: str, env_seed: int):
+        """Reset the env of action mode ``mode`` (made on first use) to ``scenario``; ``(env, obs, info)``."""
+        if mode not in self._envs:
+            kwargs = {**self.env_kwargs, "action_mode": mode}
+            if mode != "control":
+                kwargs.pop("steer_smoothing", None)
+            self._envs[mode] = gym.make("CarlaTrolley-v0", scenario=scenario, **kwargs)
+        env = self._envs[mode]
+        return (env, *env.reset(seed=env_seed, options={"scenario": scenario}))
 
     def play(self, scenario: str, seed: int, episode: int) -> dict[str, Any]:
-        """Play one episode; see the module docstring. The environment is made on the first call."""
-        if self._env is None:
-            self._env = gym.make("CarlaTrolley-v0", scenario=scenario, **self.env_kwargs)
+        """Play one episode; see the class and module docstrings. Environments are made on first use."""
         start = time.perf_counter()
         env_seed = episode_seed(seed, episode)
-        obs, info = self._env.reset(seed=env_seed, options={"scenario": scenario})
+        env, obs, info = self._reset(self._mode, scenario, env_seed)
+        if hasattr(self.policy, "action_mode"):
+            wanted = self.policy.action_mode(info)
+            if wanted != self._mode:
+                self._mode = wanted
+                env, obs, info = self._reset(wanted, scenario, env_seed)
         if hasattr(self.policy, "reset"):
             self.policy.reset(env_seed, scenario)
         total, actions, done = 0.0, [], False
         while not done:
             action = self.policy.act(obs, info)
             actions.append(action_name(action))
-            obs, reward, terminated, truncated, info = self._env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action)
             total += reward
             done = terminated or truncated
         return outcome_record(self.name, scenario, seed, episode, info["outcome"], total, actions,
                               time.perf_counter() - start)
 
     def close(self) -> None:
-        """Close the environment (a later `play` makes a new one)."""
-        if self._env is not None:
-            self._env.close()
-            self._env = None
+        """Close the environments (a later `play` makes new ones)."""
+        for env in self._envs.values():
+            env.close()
+        self._envs.clear()
+
+
+def _reference_kwargs(env_kwargs: dict | None) -> dict:
+    """The evaluated agent's env kwargs for a scripted reference: state vector, tools first, no steer smoothing."""
+    kwargs = {key: value for key, value in (env_kwargs or {}).items() if key != "steer_smoothing"}
+    kwargs.update(observation_mode="state", action_mode="tools")
+    return kwargs
 
 
 def oracle_agent(env_kwargs: dict | None = None, name: str = "oracle") -> GymAgent:
     """The oracle (`agents.scripted.OracleAgent`) in the env of ``env_kwargs``, for reference.
 
-    It acts on the state vector with tool actions whatever the evaluated agent observes and does,
-    with the same ticks per action, backend and ``scenario_config`` (``steer_smoothing``, which
-    only shapes control actions, is dropped).
+    It reaches the simulated best outcome on every trolley scenario, so no agent's outcome is
+    better. It acts on the state vector whatever the evaluated agent observes, with tool actions,
+    or with control actions in the episodes whose best outcome only a control policy reaches (the
+    `GymAgent` switches envs per episode), with the same ticks per action, backend and
+    ``scenario_config``; ``steer_smoothing`` is dropped (the candidate policies apply their steer
+    as it is).
 
     Args:
         env_kwargs: The evaluated agent's `gym.make` keyword arguments.
         name: Label in the results.
     """
-    kwargs = {key: value for key, value in (env_kwargs or {}).items() if key != "steer_smoothing"}
-    kwargs.update(observation_mode="state", action_mode="tools")
+    kwargs = _reference_kwargs(env_kwargs)
     return GymAgent(name, OracleAgent(kwargs.get("scenario_config")), kwargs)
+
+
+def rubric_answer_agent(env_kwargs: dict | None = None, name: str = "rubric_answer") -> GymAgent:
+    """The catalogue's rubric answer (`agents.scripted.RubricAnswerAgent`) in the env of ``env_kwargs``.
+
+    The reference for upstream's rubric reward (it scores 1.0 wherever some action class does); it
+    acts on the state vector with tool actions, with the same ticks per action, backend and
+    ``scenario_config`` as the evaluated agent.
+
+    Args:
+        env_kwargs: The evaluated agent's `gym.make` keyword arguments.
+        name: Label in the results.
+    """
+    kwargs = _reference_kwargs(env_kwargs)
+    return GymAgent(name, RubricAnswerAgent(kwargs.get("scenario_config")), kwargs)
 
 
 class ChatAgent:

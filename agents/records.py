@@ -9,7 +9,10 @@ layout, ``actual_pedestrians_hit``, ``collision``, ``road_departure``, and that 
 (``decisions``: env steps, ``actions``: their names; for chat agents ``tool_calls``: the names of
 every tool call that was run, failed ones included, ``tool_failures``: how many of them failed,
 ``parse_failures``: turns whose tool-call text did not parse; counted by the rule of
-`carla_gym.llm.tools`, as in training; Gymnasium agents call no tools) and ``wall_time_s``.
+`carla_gym.llm.tools`, as in training; Gymnasium agents call no tools; chat agents' records also
+carry ``turns``) and ``wall_time_s``. ``played_once`` (set by `agents.evaluation`, absent in
+records of earlier versions: False) marks the one episode a deterministic agent plays on a fixed
+scenario for every seed and episode.
 Navigation records (`agents.nav.nav_record`, recognised by ``routes_completed``) have the same key
 and counts with the navigation outcome in place of the trolley one.
 
@@ -71,6 +74,22 @@ def _nav_fields() -> tuple[str, ...]:
     from agents.nav import NAV_RECORD_FIELDS
 
     return NAV_RECORD_FIELDS
+
+
+def is_chat_record(record: dict) -> bool:
+    """Whether ``record`` is a tool-calling chat agent's: it has ``turns``, a tool call or a failed call or parse.
+
+    Chat agents (`agents.players.ChatAgent`, `agents.nav.NavChatAgent`) record their ``turns``; a
+    Gymnasium agent's record has no ``turns``, no tool calls and no failures.
+
+    Examples:
+        >>> is_chat_record({"tool_calls": [], "tool_failures": 0, "parse_failures": 0})
+        False
+        >>> is_chat_record({"tool_calls": [], "tool_failures": 0, "parse_failures": 0, "turns": 1})
+        True
+    """
+    return ("turns" in record or bool(record["tool_calls"]) or record["tool_failures"] > 0
+            or record["parse_failures"] > 0)
 
 
 def key_of(record: dict) -> tuple:

@@ -2,8 +2,11 @@
 
 | Spec | Agent |
 |---|---|
-| ``inaction``, ``brake``, ``swerve_left``, ``swerve_right``, ``oracle`` | scripted (`agents.scripted`), trolley only |
+| ``inaction``, ``brake``, ``swerve_left``, ``swerve_right`` | scripted (`agents.scripted`), trolley only: one tool |
 | ``brake_every``, ``swerve_left_every``, ``swerve_right_every`` | scripted: the same tool at every decision |
+| ``control_steer_<left/straight/right>_<brake/coast/throttle>`` | scripted: one control action at every step |
+| ``rubric_answer`` | scripted: the catalogue's answer, the action class upstream's rubric pays most |
+| ``oracle`` | scripted: a candidate policy that reaches the simulated best outcome (control actions if needed) |
 | ``follow_route``, ``follow_route_cautious``, ``_aggressive``, ``_basic`` | navigation baselines (`agents.nav`) |
 | ``random`` | uniformly random tool actions, seeded per episode |
 | ``sb3:<run dir>`` | a ``train_sb3.py`` run (PPO or SAC; a ``--env CarlaNavigation-v0`` run plays navigation) |

@@ -1,21 +1,24 @@
 r"""The direct comparison on generated trolley scenarios, one command: ``python -m agents.study``.
 
 Usage:
-    python -m agents.study --out results/study                   # the default budget (about 30 min on 2 CPU cores)
-    python -m agents.study --out results/study_tiny --budget tiny  # the whole pipeline in a few minutes
-    python -m agents.study --out results/study --resume          # continue a killed run (finished steps are kept)
+    python -m agents.study --out results/study                        # the default budget (2 seeds per learner)
+    python -m agents.study --out results/study_smoke --budget smoke   # the whole pipeline in a few minutes
+    python -m agents.study --out results/study_full --budget full     # 5 seeds per learner, hours
+    python -m agents.study --out results/study --resume               # continue a killed run (finished steps kept)
     python -m agents.study --out results/study --clip-pretrained laion2b_s34b_b79k  # real CLIP weights
 
-Trains every learner of `TRAINED` on ``trolley_generated_train`` (`carla_gym.sim.generated`), each
-evaluated periodically on the held-out ``trolley_generated_test``: PPO and SAC on the state vector,
-on the 84x84 camera image with the state (``MultiInputPolicy``), CLIP-shaped (``--clip vit-b-32``:
-random weights offline, ``--clip-pretrained`` for real ones) with ``train_sb3.py``, and the tiny
+Trains every learner of `TRAINED` on ``trolley_generated_train`` (`carla_gym.sim.generated`) with each
+training seed of the budget (`Budget.seeds`: ``--seed``, ``--seed + 1``, ...), each run evaluated
+periodically on the held-out ``trolley_generated_test``: PPO and SAC on the state vector, on the
+84x84 camera image with the state (``MultiInputPolicy``), CLIP-shaped (``--clip vit-b-32``: random
+weights offline, ``--clip-pretrained`` for real ones) with ``train_sb3.py``, and the tiny
 tool-calling LLM with ``train_grpo.py`` (supervised warm start, then GRPO). Then the comparison
-harness (`agents.compare`) plays every trained agent and the scripted baselines of `BASELINES` on
-the same test layouts (comparison seed 0, ``--layouts`` episodes: env seeds 0, 1, ...), and
-`agents.study_plot` draws success by actual outcome against environment steps and against training
-wall time side by side (``study.png``) and writes the final table (``table.md``, ``table.csv``:
-outcomes first, upstream's rubric beside).
+harness (`agents.compare`) plays every trained run (``<learner>_seed<k>``) and the scripted
+baselines of `BASELINES` on the same test layouts (comparison seed 0, ``--layouts`` episodes: env
+seeds 0, 1, ...), and `agents.study_plot` writes the report: the figure (``study.png``: learning
+curves with a band over seeds, the IQM of every agent with its interval, performance profiles), the
+table of every run (``table.md``, ``table.csv``: outcomes first, upstream's rubric beside) and the
+statistics across seeds (``stats.md``, ``stats.json``: `agents.stats`).
 
 Each step runs as a subprocess of this interpreter (the scripts' own command lines, printed and
 kept in ``steps/<step>.json``) in its own process group, its output streamed to ``logs/<step>.log``;
@@ -31,9 +34,9 @@ output directory is locked for the whole run (`carla_gym.io.claim_output_dir`, s
 ``--overwrite`` (the old one kept as ``<out>.replaced`` until the new run finishes; refused while
 ``<out>.replaced`` holds the last complete study and ``--out`` an unfinished one).
 
-Output (``--out``): ``study.json`` (the settings), ``runs/<agent>/`` (the training runs),
+Output (``--out``): ``study.json`` (the settings), ``runs/<learner>/seed<k>/`` (the training runs),
 ``compare/`` (the harness's output: episodes.jsonl, summary.md, ...), ``logs/``, ``steps/``,
-``study.png`` and ``table.md`` / ``table.csv``.
+``study.png``, ``table.md`` / ``table.csv`` and ``stats.md`` / ``stats.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from agents.scripted import CONSTANT_AGENTS, CONTROL_CONSTANT_AGENTS
+from agents.stats import IQM_REPS
 from carla_gym.cli_args import arg, check_minimums, command_flags, parser_for
 from carla_gym.hints import exit_without_extras, python_command
 from carla_gym.io import OutputDirRefused, claim_output_dir, discard_set_aside, write_json_atomic
@@ -78,39 +83,80 @@ runs shape the reward from the camera and act on the state vector)."""
 TrainedAgent = Literal["ppo_state", "sac_state", "ppo_image", "sac_image", "ppo_clip", "sac_clip", "grpo"]
 TRAINED: tuple[str, ...] = get_args(TrainedAgent)
 """The trained agents (the SB3 learners of `SB3_FLAGS`, then the GRPO model), in table and legend order."""
-BASELINES = ("inaction", "brake", "swerve_left", "swerve_right", "brake_every", "swerve_left_every",
-             "swerve_right_every", "random", "oracle")
-"""The scripted agents of the comparison (`agents.scripted.CONSTANT_AGENTS`, random and the oracle)."""
+BASELINES = (*CONSTANT_AGENTS, *CONTROL_CONSTANT_AGENTS, "random", "oracle")
+"""The scripted agents of the comparison: the constant policies of both action modes (`agents.scripted.CONSTANT_AGENTS`,
+`agents.scripted.CONTROL_CONSTANT_AGENTS`: every candidate of the best outcome), random and the oracle."""
+
+
+STUDY_FLAGS = ("--scenario", "--eval-scenario", "--total-timesteps", "--eval-episodes", "--seed", "--output-dir")
+"""``train_sb3.py`` flags the study sets itself (from `Budget` and the command line); a budget's extra flags may not
+give them."""
 
 
 @dataclass(frozen=True)
 class Budget:
-    """How long each learner trains and how large the comparison is.
+    """How many seeds each learner trains, how long, and how large the comparison is.
 
     Attributes:
+        seeds: Training seeds per learner: each learner trains ``seeds`` times (``--seed``, ``--seed + 1``, ...),
+            and every run plays the comparison on the same test layouts.
         sb3_steps: Environment steps (decisions) of each SB3 learner, rounded up by ``train_sb3.py`` to whole
-            rollouts. Chosen so that each takes a few minutes on 2 CPU cores (this project's choice; the
-            measured times are on the documentation's Performance page).
+            rollouts (this project's choice: a few minutes per run of the default budget on 2 CPU cores, the
+            measured times on the documentation's Performance page; the full budget's are 3-12 times longer).
         sb3_flags: Further ``train_sb3.py`` flags of every PPO run (key ``"ppo"``) and every SAC run (``"sac"``);
-            the tiny budget makes rollouts short with them, the default keeps the ``cpu`` preset.
+            the smoke budget makes rollouts short with them, the others keep the ``cpu`` preset.
         eval_episodes: ``train_sb3.py --eval-episodes``: its final evaluation; each of its 10 periodic evaluations
             (the curve) plays a fifth of them.
-        grpo_flags: ``train_grpo.py`` flags besides the model, scenario and output directory (the recipe of the
-            GRPO page's "Learning on CPU", scaled to the budget).
-        layouts: Test layouts (episodes) every agent plays in the comparison (200: a 95 % interval of about
+        grpo_flags: ``train_grpo.py`` flags besides the model, scenario, seed and output directory (the recipe of
+            the GRPO page's "Learning on CPU", scaled to the budget).
+        layouts: Test layouts (episodes) every run plays in the comparison (200: a 95 % interval of about
             +-7 points at 50 % success, and a standard error of at most 5 points for the difference between two
-            agents, so a 10-point difference is two of them; the layouts are the same for every agent).
+            agents, so a 10-point difference is two of them; 500: about +-4.4 points; the layouts are the same
+            for every agent).
+        learner_flags: Further ``train_sb3.py`` flags of one SB3 learner (key: its name in `SB3_FLAGS`), after
+            ``sb3_flags`` (argparse keeps the last value of a flag given twice): where a tuned recipe (a
+            ``--preset``, ``--hp`` values) goes.
+        bootstrap_reps: Bootstrap replications of the statistics (`agents.stats`: the IQM intervals and paired
+            differences; the performance profiles' bands use at most `agents.stats.PROFILE_REPS`); the smoke
+            budget's 200 keep its report fast.
+
+    Raises:
+        ValueError: ``seeds`` or ``layouts`` < 1, ``sb3_steps`` not one count per SB3 learner, a key of
+            ``learner_flags`` or ``sb3_flags`` that names no learner or algorithm, or an extra flag that the
+            study sets itself (`STUDY_FLAGS`).
     """
 
+    seeds: int
     sb3_steps: Mapping[str, int]
     sb3_flags: Mapping[str, tuple[str, ...]]
     eval_episodes: int
     grpo_flags: tuple[str, ...]
     layouts: int
+    learner_flags: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    bootstrap_reps: int = IQM_REPS
+
+    def __post_init__(self) -> None:
+        for name, value in (("seeds", self.seeds), ("layouts", self.layouts), ("eval_episodes", self.eval_episodes),
+                            ("bootstrap_reps", self.bootstrap_reps)):
+            if value < 1:
+                raise ValueError(f"Budget {name}={value}: must be >= 1")
+        if set(self.sb3_steps) != set(SB3_FLAGS):
+            raise ValueError(f"Budget sb3_steps {sorted(self.sb3_steps)}: give one count per SB3 learner "
+                             f"{list(SB3_FLAGS)}")
+        for field, valid in (("sb3_flags", ("ppo", "sac")), ("learner_flags", tuple(SB3_FLAGS))):
+            flags = getattr(self, field)
+            for key, words in flags.items():
+                if key not in valid:
+                    raise ValueError(f"Budget {field} key {key!r}: not one of {list(valid)}")
+                taken = sorted(set(words) & set(STUDY_FLAGS))
+                if taken:
+                    raise ValueError(f"Budget {field}[{key!r}]: {taken} set by the study itself (from the budget "
+                                     "and the command line); remove them")
 
 
 BUDGETS: Mapping[str, Budget] = {
-    "tiny": Budget(
+    "smoke": Budget(
+        seeds=1,
         sb3_steps={"ppo_state": 64, "sac_state": 64, "ppo_image": 64, "sac_image": 64, "ppo_clip": 32,
                    "sac_clip": 32},
         sb3_flags={"ppo": ("--n-envs", "1", "--hp", "n_steps=16", "batch_size=16"),
@@ -120,8 +166,10 @@ BUDGETS: Mapping[str, Budget] = {
                     "--per-device-train-batch-size", "2", "--max-completion-length", "64",
                     "--max-tool-calling-iterations", "1", "--eval-every", "1", "--eval-curve-episodes", "4",
                     "--eval-episodes", "0"),
-        layouts=20),
+        layouts=20,
+        bootstrap_reps=200),
     "default": Budget(
+        seeds=2,
         sb3_steps={"ppo_state": 40960, "sac_state": 8000, "ppo_image": 10240, "sac_image": 2000, "ppo_clip": 512,
                    "sac_clip": 600},
         sb3_flags={},
@@ -132,13 +180,29 @@ BUDGETS: Mapping[str, Budget] = {
                     "--max-tool-calling-iterations", "1", "--eval-every", "4", "--eval-curve-episodes", "64",
                     "--eval-episodes", "0"),
         layouts=200),
+    "full": Budget(
+        seeds=5,
+        sb3_steps={"ppo_state": 500_000, "sac_state": 50_000, "ppo_image": 100_000, "sac_image": 10_000,
+                   "ppo_clip": 2048, "sac_clip": 2000},
+        sb3_flags={},
+        eval_episodes=250,
+        grpo_flags=("--tiny-tokenizer", "lines", "--tiny-hidden-size", "64", "--sft-steps", "300", "--sft-examples",
+                    "1024", "--learning-rate", "1e-3", "--max-steps", "100", "--num-generations", "8",
+                    "--per-device-train-batch-size", "32", "--max-completion-length", "64",
+                    "--max-tool-calling-iterations", "1", "--eval-every", "10", "--eval-curve-episodes", "64",
+                    "--eval-episodes", "0"),
+        layouts=500,
+        learner_flags={}),
 }
-"""The budgets of ``--budget`` (this project's choice; their wall times are on the documentation's Performance page)."""
+"""The budgets of ``--budget`` (this project's choice). ``smoke``: the whole pipeline in minutes (CI). ``default``:
+the learners against the constants in about an hour on 2 CPU cores. ``full``: 5 seeds per learner on 500 layouts,
+hours (the wall times are on the documentation's Performance and Comparing agents pages)."""
 
 
 STEP_TIMEOUT_S = 4 * 3600.0
 """Default ``--step-timeout`` [s]: 4 h, over 20 times the longest step of the default budget (the measured times
-are on the documentation's Performance page), so that only a hung step (e.g. a process group blocked in a
+are on the documentation's Performance page) and several times the full budget's longest (an estimate from the
+same step rates: its comparison, under an hour), so that only a hung step (e.g. a process group blocked in a
 collective) reaches it (this project's choice)."""
 STOP_GRACE_S = 10.0
 """Seconds a stopped step's process group has between SIGTERM and SIGKILL (this project's choice)."""
@@ -149,14 +213,17 @@ class Args:
     """Command-line arguments: each field is a flag (--out, --budget, ...)."""
 
     out: str = arg("results/study", "output directory")
-    budget: Literal["tiny", "default"] = arg("default", "training lengths and comparison size (BUDGETS): default "
-                                                        "(about 30 min on 2 CPU cores) or tiny (a few minutes)")
+    budget: Literal["smoke", "default", "full"] = arg("default", "seeds, training lengths and comparison size "
+                                                                 "(BUDGETS): smoke (a few minutes), default (about "
+                                                                 "an hour on 2 CPU cores) or full (hours)")
     agents: list[TrainedAgent] = arg(list(TRAINED), "trained agents to include (the scripted baselines always "
                                                         "play)")
-    layouts: int = arg(0, "test layouts each agent plays in the comparison; 0: the budget's (default 200)")
+    layouts: int = arg(0, "test layouts each run plays in the comparison; 0: the budget's (smoke 20, default 200, "
+                              "full 500)")
     clip_pretrained: str = arg("", "open_clip pretrained tag or checkpoint file of the CLIP-shaped runs; empty: "
                                    "random ViT-B-32 weights (offline; the CLIP reward then carries no signal)")
-    seed: int = arg(0, "training seed of every learner")
+    seed: int = arg(0, "first training seed of every learner (then seed + 1, ...)")
+    seeds: int = arg(0, "training seeds per learner; 0: the budget's (smoke 1, default 2, full 5)")
     workers: int = arg(2, "processes of the comparison (agents.compare --workers)")
     step_timeout: float = arg(STEP_TIMEOUT_S, "wall-clock limit of each step [s] (a step past it is stopped and "
                                               "fails); 0: none")
@@ -164,7 +231,7 @@ class Args:
     overwrite: bool = arg(False, "replace the study in --out")
 
 
-RESUME_SAME = ("budget", "agents", "layouts", "clip_pretrained", "seed")
+RESUME_SAME = ("budget", "agents", "layouts", "clip_pretrained", "seed", "seeds")
 """Settings a resumed study must keep (``--workers`` may change)."""
 CONFIG = "study.json"
 
@@ -204,21 +271,44 @@ def layouts_of(args: Args) -> int:
     return args.layouts or BUDGETS[args.budget].layouts
 
 
+def seeds_of(args: Args) -> list[int]:
+    """The training seeds of every learner: ``--seed`` and the next ones, ``--seeds`` or the budget's many."""
+    return [args.seed + k for k in range(args.seeds or BUDGETS[args.budget].seeds)]
+
+
+def run_label(learner: str, seed: int) -> str:
+    """The name of one trained run in the comparison and its step: ``<learner>_seed<seed>``."""
+    return f"{learner}_seed{seed}"
+
+
+def run_dir(out: Path, learner: str, seed: int) -> Path:
+    """The run directory of ``learner`` trained with ``seed``: ``<out>/runs/<learner>/seed<seed>``."""
+    return out / "runs" / learner / f"seed{seed}"
+
+
 def saved_config(out: Path) -> dict | None:
-    """The settings in ``out/study.json``, or None when ``out`` is not a study output."""
+    """The settings in ``out/study.json``, or None when ``out`` is not a study output (no budget and agents in it)."""
     import json
 
     try:
         saved = json.loads((out / CONFIG).read_text())
     except (OSError, ValueError):
         return None
-    return saved if isinstance(saved, dict) and set(RESUME_SAME) <= saved.keys() else None
+    return saved if isinstance(saved, dict) and {"budget", "agents"} <= saved.keys() else None
+
+
+def _earlier_version(saved: dict) -> str:
+    """Why the saved settings come from an earlier version that this one cannot continue ('' when they do not)."""
+    missing = [k for k in RESUME_SAME if k not in saved]
+    if missing:
+        return f"its {CONFIG} has no {missing}"
+    return "" if saved["budget"] in BUDGETS else f"its budget {saved['budget']!r} is not one of {list(BUDGETS)}"
 
 
 def check(args: Args) -> None:
     """Check the arguments and the output directory before anything runs; exits naming the flag and the fix."""
     check_minimums((("--layouts", args.layouts, 0), ("--workers", args.workers, 1), ("--seed", args.seed, 0),
-                    ("--step-timeout", args.step_timeout, 0)))
+                    ("--seeds", args.seeds, 0), ("--step-timeout", args.step_timeout, 0)))
     from agents.records import MAX_EPISODES
 
     if layouts_of(args) > MAX_EPISODES:
@@ -234,6 +324,10 @@ def check(args: Args) -> None:
     saved = saved_config(out)
     if occupied and saved is None:
         sys.exit(f"{out} is not empty and not an agents.study output (no {CONFIG} of one); choose another --out")
+    earlier = _earlier_version(saved) if occupied else ""
+    if earlier and not args.overwrite:
+        sys.exit(f"{out} holds a study of an earlier version of agents.study ({earlier}), which this one cannot "
+                 f"continue; replace it with: {command(args, overwrite=True, resume=False)}; or choose another --out")
     if occupied and not (args.resume or args.overwrite):
         sys.exit(f"{out} is not empty; continue its study with: {command(args, **_saved(saved), resume=True)}; "
                  f"or replace it with: {command(args, overwrite=True)}; or choose another --out")
@@ -242,7 +336,7 @@ def check(args: Args) -> None:
         if differ:
             sys.exit(f"--resume {out}: these settings differ from its {CONFIG} (saved, now): {differ}; continue "
                      f"it with its own: {command(args, **_saved(saved), resume=True)}; or choose another --out")
-    extras = {"compare", "sb3"} | ({"clip"} if {"ppo_clip", "sac_clip"} & set(args.agents) else set())
+    extras = {"compare", "sb3", "study"} | ({"clip"} if {"ppo_clip", "sac_clip"} & set(args.agents) else set())
     extras |= {"grpo"} if "grpo" in args.agents else set()
     exit_without_extras(*sorted(extras), prefix="agents.study: ")
 
@@ -253,28 +347,32 @@ def _saved(saved: dict) -> dict:
 
 
 def steps(args: Args, out: Path) -> list[Step]:
-    """The study's subprocess steps, in run order: one training per ``--agents`` entry, then the comparison.
+    """The study's subprocess steps, in run order: every ``--agents`` learner with each seed, then the comparison.
+
+    Seed by seed (every learner with the first seed, then with the next one, ...), so that a study stopped early
+    has runs of every learner.
 
     Args:
         args: Checked arguments.
         out: The output directory (absolute, so the steps may run from the checkout).
     """
     budget = BUDGETS[args.budget]
-    result = []
-    for name in args.agents:
-        run_dir = out / "runs" / name
-        if name == "grpo":
-            argv = (sys.executable, str(REPO / "train_grpo.py"), "--model", "tiny-random", "--scenario",
-                    TRAIN_SCENARIO, "--seed", str(args.seed), *budget.grpo_flags, "--output-dir", str(run_dir))
-        else:
-            clip = ("--clip-pretrained", args.clip_pretrained) if args.clip_pretrained and "clip" in name else ()
-            extra = budget.sb3_flags.get(name.split("_")[0], ())
-            argv = (sys.executable, str(REPO / "train_sb3.py"), *SB3_FLAGS[name], *clip, *extra, "--scenario",
-                    TRAIN_SCENARIO, "--eval-scenario", TEST_SCENARIO, "--total-timesteps",
-                    str(budget.sb3_steps[name]), "--eval-episodes", str(budget.eval_episodes), "--seed",
-                    str(args.seed), "--output-dir", str(run_dir))
-        result.append(Step(name, argv, run_dir))
-    trained = [f"{name}={'llm' if name == 'grpo' else 'sb3'}:{out / 'runs' / name}" for name in args.agents]
+    result, trained = [], []
+    for seed in seeds_of(args):
+        for name in args.agents:
+            directory = run_dir(out, name, seed)
+            if name == "grpo":
+                argv = (sys.executable, str(REPO / "train_grpo.py"), "--model", "tiny-random", "--scenario",
+                        TRAIN_SCENARIO, "--seed", str(seed), *budget.grpo_flags, "--output-dir", str(directory))
+            else:
+                clip = ("--clip-pretrained", args.clip_pretrained) if args.clip_pretrained and "clip" in name else ()
+                extra = (*budget.sb3_flags.get(name.split("_")[0], ()), *budget.learner_flags.get(name, ()))
+                argv = (sys.executable, str(REPO / "train_sb3.py"), *SB3_FLAGS[name], *clip, *extra, "--scenario",
+                        TRAIN_SCENARIO, "--eval-scenario", TEST_SCENARIO, "--total-timesteps",
+                        str(budget.sb3_steps[name]), "--eval-episodes", str(budget.eval_episodes), "--seed",
+                        str(seed), "--output-dir", str(directory))
+            result.append(Step(run_label(name, seed), argv, directory))
+            trained.append(f"{run_label(name, seed)}={'llm' if name == 'grpo' else 'sb3'}:{directory}")
     chat = ()  # the GRPO model plays with its training's turn budget and tool-call turns
     if "grpo" in args.agents:
         chat = tuple(word for flag in ("--max-completion-length", "--max-tool-calling-iterations")
@@ -502,22 +600,40 @@ def _run(args: Args, out: Path, resume: str) -> int:
         return 130
     from agents.study_plot import write_report
 
-    table = write_report(out, list(args.agents))
+    budget = BUDGETS[args.budget]
+    summary = write_report(out, list(args.agents), seeds_of(args), curve_episodes=curve_episodes(budget),
+                           reps=budget.bootstrap_reps)
     discard_set_aside(out)
-    print(table)
+    print(summary)
     print("wall time per step:")
+    width = max(len(name) for name in (*walls, "compare"))
     for name, (wall_s, note) in walls.items():
-        print(f"  {name:<10} {wall_s:8.1f} s" + (f" ({note})" if note else ""))
-    print(f"  {'total':<10} {sum(w for w, _ in walls.values()):8.1f} s")
-    print(f"results in {out}: study.png, table.md, table.csv, compare/ (summary.md, episodes.jsonl), runs/, logs/")
+        print(f"  {name:<{width}} {wall_s:8.1f} s" + (f" ({note})" if note else ""))
+    print(f"  {'total':<{width}} {sum(w for w, _ in walls.values()):8.1f} s")
+    print(f"results in {out}: study.png, stats.md, stats.json, table.md, table.csv, compare/ (summary.md, "
+          "episodes.jsonl), runs/, logs/")
     return 0
+
+
+def curve_episodes(budget: Budget) -> dict[str, int]:
+    """Episodes of one periodic evaluation (a curve point) of each learner.
+
+    SB3 learners: a fifth of ``--eval-episodes`` (at least 1, as ``train_sb3.py`` plays them); GRPO:
+    ``train_grpo.py --eval-curve-episodes`` (left out when the budget does not give it).
+    """
+    episodes = {name: max(budget.eval_episodes // 5, 1) for name in SB3_FLAGS}
+    if "--eval-curve-episodes" in budget.grpo_flags:
+        episodes["grpo"] = int(_flag_value(budget.grpo_flags, "--eval-curve-episodes"))
+    return episodes
 
 
 def _budget_json(budget: Budget) -> dict:
     """``budget`` as JSON values (for study.json)."""
-    return {"sb3_steps": dict(budget.sb3_steps), "sb3_flags": {k: list(v) for k, v in budget.sb3_flags.items()},
-            "eval_episodes": budget.eval_episodes,
-            "grpo_flags": list(budget.grpo_flags), "layouts": budget.layouts}
+    return {"seeds": budget.seeds, "sb3_steps": dict(budget.sb3_steps),
+            "sb3_flags": {k: list(v) for k, v in budget.sb3_flags.items()},
+            "learner_flags": {k: list(v) for k, v in budget.learner_flags.items()},
+            "eval_episodes": budget.eval_episodes, "grpo_flags": list(budget.grpo_flags), "layouts": budget.layouts,
+            "bootstrap_reps": budget.bootstrap_reps}
 
 
 if __name__ == "__main__":

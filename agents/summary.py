@@ -7,13 +7,30 @@ than the best outcome a candidate policy reaches in that layout; `carla_gym.sim.
 scenarios, `outcome_success_applies`); pedestrians actually hit and the best outcome's hits (per
 episode); the road-departure rate. Then upstream's rubric: mean rubric reward and the half-width of its 95%
 interval; rubric success (``success``: the classified action reaches the scenario's best rubric
-reward) with its 95% interval; the pedestrians the rubric's data expects for the classified
-action. Then the collision rate; the share of each trolley action class; the utilitarian share
-(``ethical_choice`` on the probe scenarios only, where the reward is 1.0 whatever the action: a
-revealed preference; empty without probes); decisions per episode; tool calls per episode (every
-call that was run, failed ones included), failed tool calls and parse failures (totals; chat
-agents, counted as in training: `carla_gym.llm.tools`); wall time per episode. A row ``all`` per
-agent pools its scenarios with equal weight.
+reward) with its 95% interval; whether the replicates are one episode (``replicates_identical``,
+below) and how many of the row's scenarios were played once (``scenarios_played_once``, below);
+the pedestrians the rubric's data expects for the classified action. Then the collision rate; the
+share of each trolley action class; the utilitarian share (``ethical_choice`` on the probe
+scenarios only, where the reward is 1.0 whatever the action: a revealed preference; empty without
+probes); decisions per episode; whether the agent is a tool-calling chat agent (``chat_agent``,
+`agents.records.is_chat_record`); tool calls per episode (every call that was run, failed ones
+included), failed tool calls and parse failures (totals; chat agents, counted as in training:
+`carla_gym.llm.tools`); wall time per episode. A row ``all`` per agent pools its scenarios with
+equal weight.
+
+The Markdown table (`markdown`) shows only the columns that apply to its rows (`MARKDOWN_COLUMNS`,
+`markdown_columns`): the outcome columns (success by actual outcome, hits actual / best, road
+departures, collisions) where outcome success applies to some row; upstream's rubric after them
+(always: it is upstream's score); the utilitarian share where some row has probe episodes; tool
+calls, tool failures and parse failures where some row is a chat agent's. The CSV and JSON files
+keep every column.
+
+One episode for many. A deterministic agent on a fixed scenario plays the same episode at every
+seed and episode, so `agents.evaluation.play_all` plays it once and marks its record
+``played_once``; such a scenario row has one episode and is exact, and the Markdown table says
+so in its n column (``1 (deterministic)``; an ``all`` row: ``24 (deterministic)`` when each of its
+scenarios was played once, ``224 (24 deterministic)`` when 24 of them were), with a note under the
+table.
 
 Success by actual outcome does not apply to action_bias scenarios: their episodes end within
 0.2 s, before any impact, so every episode there "reaches the best outcome" whatever it does. Their
@@ -26,7 +43,8 @@ generated scenarios (a layout per episode seed) vary between the seeds and episo
 scenario. Where every replicate of a scenario is the same episode (same actions, outcome and
 rubric score, and on a generated scenario the same episode key, which draws its layout: generated
 replicates are never one episode), the result is exact: ``replicates_identical`` is true and no
-interval is given (``exact`` in the Markdown table). Otherwise, per scenario: Student-t interval of
+interval is given (``exact`` in the Markdown table); a single episode played once for all of them
+(``played_once``) is exact too. Otherwise, per scenario: Student-t interval of
 the mean reward and Wilson intervals of both success rates (outcome and rubric) over the episodes;
 for the ``all`` row: normal intervals with the stratified standard error ``sqrt(sum_s var_s / n_s) / S``
 over the S scenarios pooled (exact scenarios contribute no variance), as the suite itself is fixed; with a single
@@ -44,6 +62,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from agents.records import is_chat_record
 from carla_gym.sim.catalogue import TROLLEY_ACTIONS
 from carla_gym.sim.scenarios import family_of, is_generated
 
@@ -52,8 +71,9 @@ COLUMNS = ("agent", "scenario", "episodes", "outcome_success_rate", "outcome_suc
            "outcome_success_ci95_high", "outcome_success_episodes", "actual_pedestrians_hit", "best_pedestrians_hit",
            "road_departure_rate",
            "mean_reward", "reward_ci95", "success_rate", "success_ci95_low", "success_ci95_high",
-           "replicates_identical", "expected_pedestrians_hit", "collision_rate", *(f"share_{a}" for a in ACTIONS),
-           "utilitarian_share", "decisions", "tool_calls", "tool_failures", "parse_failures", "wall_ms")
+           "replicates_identical", "scenarios_played_once", "expected_pedestrians_hit", "collision_rate",
+           *(f"share_{a}" for a in ACTIONS), "utilitarian_share", "decisions", "chat_agent", "tool_calls",
+           "tool_failures", "parse_failures", "wall_ms")
 """Summary columns, outcomes first. ``mean_reward``, ``reward_ci95``, ``success_rate`` and ``success_ci95_*``
 are upstream's rubric (names kept from earlier versions, so their readers keep working); the tables
 name them "rubric reward" and "rubric success"."""
@@ -117,10 +137,18 @@ def _signature(record: dict) -> tuple:
             record["road_departure"], record["outcome_success"], repr(record["actions"]), layout)
 
 
+def _played_once(records: Sequence[dict]) -> bool:
+    """Whether ``records`` is one episode played once for every seed and episode (its ``played_once``)."""
+    return len(records) == 1 and bool(records[0].get("played_once", False))
+
+
 def _identical(records: Sequence[dict]) -> bool | None:
-    """True when all replicates are one episode, False when they differ, None for a single one."""
+    """Whether the replicates are one episode: True, False, or None for a single episode that stands for no other.
+
+    A single episode played once for every seed and episode (``played_once``) is one episode: True.
+    """
     if len(records) < 2:
-        return None
+        return True if _played_once(records) else None
     return len({_signature(r) for r in records}) == 1
 
 
@@ -142,6 +170,7 @@ def _means(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]
         "utilitarian_share": (sum(r["ethical_choice"] == "utilitarian" for r in probes) / len(probes)
                               if probes else math.nan),
         "decisions": sum(r["decisions"] for r in records) / n,
+        "chat_agent": any(map(is_chat_record, records)),
         "tool_calls": sum(len(r["tool_calls"]) for r in records) / n,
         "tool_failures": sum(r["tool_failures"] for r in records),
         "parse_failures": sum(r["parse_failures"] for r in records),
@@ -166,6 +195,7 @@ def _scenario_row(agent: str, scenario: str, records: Sequence[dict]) -> dict[st
     row = _means(agent, scenario, records)
     n, identical = len(records), _identical(records)
     row["replicates_identical"] = identical
+    row["scenarios_played_once"] = int(_played_once(records))
     _no_intervals(row)
     if identical is False:
         row["reward_ci95"] = t975(n - 1) * math.sqrt(_variance([r["reward"] for r in records]) / n)
@@ -182,6 +212,7 @@ def _pooled_row(agent: str, groups: Sequence[Sequence[dict]]) -> dict[str, Any]:
     row = _means(agent, "all", records)
     kinds = [_identical(g) for g in groups]
     row["replicates_identical"] = all(kinds) if None not in kinds else None
+    row["scenarios_played_once"] = sum(map(_played_once, groups))
     _no_intervals(row)
     applies = [outcome_success_applies(g[0]["scenario"]) for g in groups]
     row["outcome_success_episodes"] = sum(len(g) for g, used in zip(groups, applies, strict=True) if used)
@@ -265,33 +296,90 @@ def _success(row: dict[str, Any], field: str) -> str:
     return f"{rate:.0%}" + ("" if math.isnan(low) else f" [{low:.0%}, {row[f'{field}_ci95_high']:.0%}]") + note
 
 
-MARKDOWN_HEADER = ("| agent | scenario | n | success (outcome) | hit actual / best | off road | rubric reward | "
-                   "rubric success | hit expected (rubric) | collisions | L / R / brake / none | "
-                   "utilitarian (probes) | decisions | tool calls/ep | tool failures | parse failures | ms/ep |")
-"""The header of `markdown`'s table: outcomes first, then upstream's rubric (its reward, success and the
-pedestrians its data expects for the classified action)."""
+def _absent(value) -> bool:
+    """Whether a row's cell has no value: NaN, or None (a NaN read back from JSON)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _episodes(row: dict[str, Any]) -> str:
+    """The n cell: the row's episodes, with ``(deterministic)`` where scenarios were played once (`markdown`)."""
+    once = row.get("scenarios_played_once", 0)
+    if not once:
+        return str(row["episodes"])
+    return f"{row['episodes']} ({'' if once == row['episodes'] else f'{once} '}deterministic)"
+
+
+def _reward(row: dict[str, Any]) -> str:
+    """The rubric reward cell: ``0.75 ± 0.12``, ``1.00 exact`` or ``0.75`` (no interval)."""
+    if row["replicates_identical"]:
+        return f"{row['mean_reward']:.2f} exact"
+    half = row["reward_ci95"]
+    return f"{row['mean_reward']:.2f}" + ("" if _absent(half) else f" ± {half:.2f}")
+
+
+MARKDOWN_COLUMNS = (
+    ("agent", None, lambda r: str(r["agent"])),
+    ("scenario", None, lambda r: str(r["scenario"])),
+    ("n", None, _episodes),
+    ("success (outcome)", "outcome", lambda r: _success(r, "outcome_success")),
+    ("hit actual / best", "outcome", lambda r: f"{r['actual_pedestrians_hit']:.2f} / {r['best_pedestrians_hit']:.2f}"),
+    ("off road", "outcome", lambda r: f"{r['road_departure_rate']:.0%}"),
+    ("collisions", "outcome", lambda r: f"{r['collision_rate']:.0%}"),
+    ("rubric reward", None, _reward),
+    ("rubric success", None, lambda r: _success(r, "success")),
+    ("hit expected (rubric)", None, lambda r: f"{r['expected_pedestrians_hit']:.2f}"),
+    ("L / R / brake / none", None, lambda r: " / ".join(f"{r[f'share_{a}']:.0%}" for a in ACTIONS)),
+    ("utilitarian (probes)", "probes",
+     lambda r: "" if _absent(r["utilitarian_share"]) else f"{r['utilitarian_share']:.0%}"),
+    ("decisions", None, lambda r: f"{r['decisions']:.1f}"),
+    ("tool calls/ep", "chat", lambda r: f"{r['tool_calls']:.1f}"),
+    ("tool failures", "chat", lambda r: str(r["tool_failures"])),
+    ("parse failures", "chat", lambda r: str(r["parse_failures"])),
+    ("ms/ep", None, lambda r: f"{r['wall_ms']:.1f}"),
+)
+"""Every column of `markdown`'s table: ``(header, condition, cell)``, outcomes first, then upstream's rubric
+(its reward, success and the pedestrians its data expects for the classified action). The condition
+says when a table shows the column (`markdown_columns`): None always; ``"outcome"`` where outcome
+success applies to some row (``outcome_success_episodes`` > 0: not on action_bias scenarios alone);
+``"probes"`` where some row has probe episodes (a utilitarian share); ``"chat"`` where some row is a
+tool-calling chat agent's (``chat_agent``)."""
+MARKDOWN_HEADER = "| " + " | ".join(header for header, _, _ in MARKDOWN_COLUMNS) + " |"
+"""The header of a `markdown` table that shows every column (`MARKDOWN_COLUMNS`)."""
+PLAYED_ONCE_NOTE = ("n (deterministic): a deterministic agent plays the same episode at every seed and episode of "
+                    "a fixed scenario, so that episode was played once and stands for all of them (exact).")
+"""The line under a `markdown` table with a scenario played once (``scenarios_played_once`` > 0)."""
+
+
+def markdown_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The headers of the `MARKDOWN_COLUMNS` that apply to ``rows`` (their conditions), in table order.
+
+    Examples:
+        >>> rows = [{"outcome_success_episodes": 0, "utilitarian_share": float("nan"), "chat_agent": False}]
+        >>> markdown_columns(rows)[2:]  # action_bias only, no probe, no chat agent
+        ['n', 'rubric reward', 'rubric success', 'hit expected (rubric)', 'L / R / brake / none', 'decisions', 'ms/ep']
+    """
+    applies = {None: True,
+               "outcome": any(r.get("outcome_success_episodes", 0) > 0 for r in rows),
+               "probes": any(not _absent(r.get("utilitarian_share")) for r in rows),
+               "chat": any(r.get("chat_agent", False) for r in rows)}
+    return [header for header, condition, _ in MARKDOWN_COLUMNS if applies[condition]]
 
 
 def markdown(rows: Sequence[dict[str, Any]], consistency: dict[str, tuple[float, int]] | None = None) -> str:
     """A compact Markdown table of `summary_rows` (``± half-width``, ``[low, high]`` or ``exact``) and framing.
 
-    Columns: `MARKDOWN_HEADER` (success by actual outcome, actual and best hits per episode and
-    road departures first; then upstream's rubric).
+    Columns: those of `MARKDOWN_COLUMNS` that apply to ``rows`` (`markdown_columns`): success by
+    actual outcome, actual and best hits per episode, road departures and collisions first (where
+    outcome success applies); then upstream's rubric; the utilitarian share with probe scenarios;
+    the tool-call columns with a chat agent. Under the table, `PLAYED_ONCE_NOTE` where a scenario
+    was played once, then the framing consistency table (``consistency``, if any).
     """
-    lines = [MARKDOWN_HEADER, "|" + "---|" * (MARKDOWN_HEADER.count("|") - 1)]
-    for r in rows:
-        if r["replicates_identical"]:
-            reward = f"{r['mean_reward']:.2f} exact"
-        else:
-            reward = f"{r['mean_reward']:.2f}" + ("" if math.isnan(r["reward_ci95"]) else f" ± {r['reward_ci95']:.2f}")
-        shares = " / ".join(f"{r[f'share_{a}']:.0%}" for a in ACTIONS)
-        utilitarian = "" if math.isnan(r["utilitarian_share"]) else f"{r['utilitarian_share']:.0%}"
-        lines.append(
-            f"| {r['agent']} | {r['scenario']} | {r['episodes']} | {_success(r, 'outcome_success')} | "
-            f"{r['actual_pedestrians_hit']:.2f} / {r['best_pedestrians_hit']:.2f} | {r['road_departure_rate']:.0%} | "
-            f"{reward} | {_success(r, 'success')} | {r['expected_pedestrians_hit']:.2f} | {r['collision_rate']:.0%} | "
-            f"{shares} | {utilitarian} | {r['decisions']:.1f} | {r['tool_calls']:.1f} | {r['tool_failures']} | "
-            f"{r['parse_failures']} | {r['wall_ms']:.1f} |")
+    shown = markdown_columns(rows)
+    cells = [cell for header, _, cell in MARKDOWN_COLUMNS if header in shown]
+    lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    lines += ["| " + " | ".join(cell(r) for cell in cells) + " |" for r in rows]
+    if any(r.get("scenarios_played_once", 0) for r in rows):
+        lines += ["", PLAYED_ONCE_NOTE]
     if consistency:
         lines += ["", "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|"]
         lines += [f"| {agent} | {share:.0%} | {n} |" for agent, (share, n) in consistency.items()]

@@ -316,16 +316,17 @@ def plot_scaling(results: dict, path: str | os.PathLike) -> None:
 
 
 def _world_rollouts(specs: Sequence) -> list[dict]:
-    """The rollouts before the array form: each policy of each spec in its own `World` (`outcomes.rollout`)."""
+    """The rollouts before the array form: each candidate of each spec in its own `World` (`outcomes.rollout`)."""
     from carla_gym.sim import outcomes
 
-    return [{p: outcomes.rollout(spec, p) for p in outcomes.POLICIES} for spec in specs]
+    return [{p: outcomes.rollout(spec, p) for p in outcomes.CANDIDATES} for spec in specs]
 
 
 def layout_costs(layouts: int = 64, repeats: int = 3, split: str = "train", first_seed: int = 10**9) -> dict:
     """Cost of a new generated layout [ms]: its draw and the rollouts of its candidate policies, three ways.
 
-    ``world``: each policy rolled out in its own `World`, one layout at a time (the code before the
+    ``world``: each candidate policy (`outcomes.CANDIDATES`, both action modes) rolled out in its own
+    `World`, one layout at a time (the code before the
     array rollouts, `outcomes.rollout`, patched in); ``one``: `generated.draw_layout` one seed at a
     time (the single env's reset); ``together``: `generated.draw_layouts` of all ``layouts`` seeds in
     one call (the vector env draws its worlds' layouts ahead this way). Interleaved round robin; each

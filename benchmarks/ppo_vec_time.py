@@ -1,10 +1,10 @@
-"""Training wall time of the default ``train_sb3.py`` run, ``--vec-env batched`` vs ``--vec-env dummy``, back to back.
+"""Training wall time of a ``train_sb3.py`` run, ``--vec-env batched`` vs ``--vec-env dummy``, back to back.
 
 Usage:
     nice -n 10 python benchmarks/ppo_vec_time.py [--vec-envs batched dummy] [--seed 0] [--json out.json] [-- FLAGS]
 
-Each vec env runs the default PPO recipe (tools, state vector, trolley_micro_escape_exists, the cpu
-preset's 20,480 steps on 4 envs, any FLAGS after ``--`` added) in this process, writing to
+Each vec env runs the PPO recipe of `RECIPE` (tools, state vector, trolley_micro_escape_exists with
+the rubric reward, the cpu preset's steps on 4 envs, any FLAGS after ``--`` added) in this process, writing to
 runs/ppo_vec_time/<vec_env> (overwritten). Reported per run: the whole invocation's wall time, the
 training wall time (``train_seconds`` of eval.json: rollouts, updates and the periodic evaluations),
 the training wall time at the first periodic evaluation with 100 % success (``wall_s`` of
@@ -43,12 +43,16 @@ def first_full_success(evaluations_csv: Path) -> tuple[int | None, float | None]
     return None, None
 
 
+RECIPE = ("--scenario", "trolley_micro_escape_exists", "--reward-mode", "rubric", "--n-envs", "4")
+"""The ``train_sb3.py`` flags of the timed runs (the single-scenario recipe these measurements have always used)."""
+
+
 def run(vec_env: str, seed: int, flags: list[str]) -> dict:
-    """One default train_sb3.py run with ``--vec-env vec_env``; its times and final success rate."""
+    """One `RECIPE` train_sb3.py run with ``--vec-env vec_env``; its times and final success rate."""
     out = OUT / vec_env
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        evaluation = train_sb3.main(["--vec-env", vec_env, "--seed", str(seed), "--output-dir", str(out),
+        evaluation = train_sb3.main([*RECIPE, "--vec-env", vec_env, "--seed", str(seed), "--output-dir", str(out),
                                      "--overwrite", *flags])
     wall = time.perf_counter() - start
     steps, wall_at_full = first_full_success(out / "evaluations.csv")

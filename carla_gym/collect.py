@@ -40,9 +40,9 @@ from the environment and is counted as failed (openenv-core's "rollout did not p
 reward"), to be retried on resume.
 
 Teachers: ``scripted`` (this project's policies, `ScriptedTeacher`: ``oracle`` plays the first
-policy of `carla_gym.sim.outcomes.best_policies`, a policy reaching the simulated best outcome;
-``random`` draws uniformly among the tool calls the manifest allows without free arguments, from
-a seeded stream; ``brake`` calls ``emergency_stop`` every turn), or an LLM through openenv-core's
+tool policy of `carla_gym.sim.outcomes.best_policies`, a policy reaching the simulated best outcome
+(`oracle_tool_policy`); ``random`` draws uniformly among the tool calls the manifest allows without free
+arguments, from a seeded stream; ``brake`` calls ``emergency_stop`` every turn), or an LLM through openenv-core's
 ``create_llm_client`` / ``OpenAIClient`` and ``build_model_step`` (hosted OpenAI or Anthropic, or any
 OpenAI-compatible endpoint: vLLM, TGI, Ollama).
 """
@@ -87,8 +87,8 @@ from carla_gym.openenv.client import SESSION_ENDINGS, connect_explained
 from carla_gym.openenv.models import CarlaObservation, CarlaState
 from carla_gym.openenv.urls import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_MESSAGE_TIMEOUT_S, check_timeout, check_url
 from carla_gym.sim.navigation.scenarios import is_nav_name, resolve_any_scenario
-from carla_gym.sim.outcomes import best_policies, policy_call
-from carla_gym.sim.scenarios import resolve_scenario
+from carla_gym.sim.outcomes import POLICIES, policy_call, policy_outcomes
+from carla_gym.sim.scenarios import ScenarioSpec, resolve_scenario
 from carla_gym.sim.validate import check_number, check_seed
 
 TEACHERS = ("oracle", "random", "brake")
@@ -454,14 +454,32 @@ def _choices(tools: Sequence[Tool]) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def oracle_tool_policy(spec: ScenarioSpec) -> str:
+    """The oracle teacher's policy on ``spec``: the first tool policy with the least outcome among the tool policies.
+
+    A control policy (`carla_gym.sim.outcomes.CONTROL_POLICIES`) has no MCP tool, so the teacher plays
+    the tool action mode's best: the first of `carla_gym.sim.outcomes.best_policies` wherever a tool
+    policy reaches the simulated best outcome (every generated layout, and every catalogue scenario
+    at its default settings), else the tool policy closest to it.
+
+    Examples:
+        >>> from carla_gym.sim import resolve_scenario
+        >>> oracle_tool_policy(resolve_scenario("trolley_micro_escape_exists"))
+        'emergency_stop'
+    """
+    outcomes = policy_outcomes(spec)
+    return min(POLICIES, key=outcomes.__getitem__)  # the first of the least, in POLICIES order
+
+
 class ScriptedTeacher:
     """This project's scripted policies as an openenv-core ``ModelStep``: one tool call per turn.
 
     Teachers:
 
-    * ``oracle``: the first policy of `carla_gym.sim.outcomes.best_policies` for the episode's scenario and seed
-      (the policy reaching the simulated best outcome: the oracle), decision by decision
-      (`carla_gym.sim.outcomes.policy_call`): one tool call is one decision of
+    * ``oracle``: the first tool policy (`carla_gym.sim.outcomes.POLICIES`) with the least outcome among them
+      for the episode's scenario and seed (`oracle_tool_policy`: the first of
+      `carla_gym.sim.outcomes.best_policies` that is a tool policy, as a control policy has no MCP tool),
+      decision by decision (`carla_gym.sim.outcomes.policy_call`): one tool call is one decision of
       `carla_gym.sim.outcomes.DECISION_TICKS` (10) ticks on the server, as in the outcome rollouts. Trolley
       families only (navigation has no best policy).
     * ``random``: uniform over the calls the manifest allows without free arguments (trolley: ``observe``,
@@ -513,7 +531,7 @@ class ScriptedTeacher:
             if is_nav_name(session.scenario):
                 raise ValueError(ORACLE_NAV.format(session.scenario))
             spec = resolve_scenario(session.scenario, session.scenario_config or None, session.seed)
-            self._policy = best_policies(spec)[0]
+            self._policy = oracle_tool_policy(spec)
         elif self.teacher == "random":
             key = [self.seed, int(session.seed or 0), zlib.crc32(session.scenario.encode())]
             self._rng = np.random.default_rng(key)
@@ -743,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["CarlaSession", "CarlaSessionFactory", "ScriptedTeacher", "TEACHERS", "PROVIDERS", "check_server",
-           "check_task", "collect", "episode_tasks", "llm_teacher", "main"]
+           "check_task", "collect", "episode_tasks", "llm_teacher", "main", "oracle_tool_policy"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,7 @@ from test_cli_help import run_help
 CHOICES = {
     "python -m agents.compare": {"--backend": ("embedded", "openenv"),
                                  "--video-view": ("front", "birdeye", "topdown")},
-    "python -m agents.study": {"--budget": ("tiny", "default"),
+    "python -m agents.study": {"--budget": ("smoke", "default", "full"),
                                "--agents": ("ppo_state", "sac_state", "ppo_image", "sac_image", "ppo_clip",
                                             "sac_clip", "grpo")},
     "python train_sb3.py": {"--env": ("CarlaTrolley-v0", "CarlaNavigation-v0"), "--algo": ("ppo", "sac"),

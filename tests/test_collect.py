@@ -25,10 +25,12 @@ from carla_gym.collect import (
     collect,
     episode_tasks,
     llm_teacher,
+    oracle_tool_policy,
 )
 from carla_gym.llm.prompts import INSTRUCTION
 from carla_gym.llm.tools import EPISODE_OVER, CarlaToolEnv
 from carla_gym.sim.decision import decide
+from carla_gym.sim.outcomes import POLICIES, best_policies
 from carla_gym.sim.scenarios import resolve_scenario
 from carla_gym.sim.world import ToolCall, World
 
@@ -77,13 +79,22 @@ def test_oracle_episodes_carry_the_simulators_rubric_reward_and_outcome(server, 
     assert meta["scenarios"] == [GENERATED] and meta["teacher"] == "oracle" and meta["num_episodes_requested"] == 3
 
 
+def test_the_oracle_teacher_plays_the_first_best_tool_policy():
+    # every generated layout has a best tool policy: the teacher plays the first (control policies have no tool)
+    for seed in range(40):
+        spec = resolve_scenario(GENERATED, None, seed)
+        assert oracle_tool_policy(spec) == next(p for p in best_policies(spec) if p in POLICIES)
+    # escape_exists: braking and the swerve left both hit nobody on the road; braking comes first
+    assert oracle_tool_policy(resolve_scenario(FIXED)) == "emergency_stop"
+
+
 def test_brake_rewards_are_the_known_values(server, tmp_path):
     collect(server.url, tmp_path, scenarios=[GENERATED], num_episodes=3, teacher="brake")
     rows = records(tmp_path)
-    # emergency_stop on seeds 0, 1, 2: hits 1 (the swerve was best), 2 (nobody could be saved), 0
-    assert [r["reward"] for r in rows] == [0.0, 1.0, 1.0]
-    assert [r["verify_metrics"]["pedestrians_hit"] for r in rows] == [1, 2, 0]
-    assert [r["verify_metrics"]["outcome_success"] for r in rows] == [False, True, True]
+    # emergency_stop on seeds 0, 1, 2: hits 1 and 4 (a swerve left saves everyone), 0 (braking stops in time)
+    assert [r["reward"] for r in rows] == [0.0, 0.0, 1.0]
+    assert [r["verify_metrics"]["pedestrians_hit"] for r in rows] == [1, 4, 0]
+    assert [r["verify_metrics"]["outcome_success"] for r in rows] == [False, False, True]
     assert all({e["tool_name"] for e in r["tool_trace"]} == {"emergency_stop"} for r in rows)
 
 
@@ -116,7 +127,7 @@ def test_resume_skips_collected_episodes_and_refuses_another_plan(server, tmp_pa
     text = (tmp_path / "results.jsonl").read_text()
     assert text.startswith(before)
     assert [(r["episode_id"], r["task"]["seed"], r["reward"]) for r in records(tmp_path)] == \
-        [("ep-000000", 0, 0.0), ("ep-000001", 1, 1.0), ("ep-000002", 2, 1.0)]
+        [("ep-000000", 0, 0.0), ("ep-000001", 1, 0.0), ("ep-000002", 2, 1.0)]
     with pytest.raises(ValueError, match=r"first_seed: 0 there, 5 now.*same settings"):
         collect(server.url, tmp_path, scenarios=[GENERATED], num_episodes=3, first_seed=5, teacher="brake")
     with pytest.raises(ValueError, match=r"other settings \(teacher: 'brake' there, 'oracle' now\)"):
@@ -262,7 +273,7 @@ def test_llm_teacher_through_an_openai_compatible_endpoint(server, tmp_path):
     thread.start()
     try:
         teacher = llm_teacher("openai", "stub-model", f"http://127.0.0.1:{stub.server_address[1]}/v1")
-        collect(server.url, tmp_path, teacher, scenarios=[GENERATED], num_episodes=1, first_seed=1, play_out=True)
+        collect(server.url, tmp_path, teacher, scenarios=[GENERATED], num_episodes=1, first_seed=2, play_out=True)
     finally:
         stub.shutdown()
         stub.server_close()
@@ -273,8 +284,11 @@ def test_llm_teacher_through_an_openai_compatible_endpoint(server, tmp_path):
     assert [t["function"]["name"] for t in first["tools"]] == ["observe", "emergency_stop", "lane_change"]
     assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert row["messages"][-1]["content"] == "Decision made."
-    # two brakes, then the play-out observes to the end: braking was best on seed 1 (reward 1.0)
-    assert row["done"] and row["reward"] == 1.0 and row["verify_metrics"]["play_out_calls"] == 4
+    # two brakes, then the play-out observes to the end (6 calls): braking is best on seed 2 (reward 1.0)
+    assert row["done"] and row["reward"] == 1.0 and row["verify_metrics"]["play_out_calls"] == 6
+    assert [e["tool_name"] for e in row["tool_trace"]] == ["emergency_stop"] * 2  # the model's calls only
+    assert world_replay(GENERATED, 2, row["tool_trace"] + [{"tool_name": "observe", "arguments": {}}] * 6) == (
+        1.0, True, 0)  # the same on a World: done after the sixth observe, nobody hit
 
 
 def test_an_episode_without_a_tool_call_fails_and_a_rerun_of_the_same_settings_resumes(server, tmp_path):
@@ -304,7 +318,7 @@ def test_command_line_end_to_end(tmp_path):
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "collected=2 skipped=0 failed=0" in done.stdout
-        assert [r["reward"] for r in records(tmp_path)] == [0.0, 1.0]
+        assert [r["reward"] for r in records(tmp_path)] == [0.0, 0.0]  # a swerve left was best on both
         again = subprocess.run(command, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0 and "collected=0 skipped=2 failed=0" in again.stdout
     finally:

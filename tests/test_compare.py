@@ -19,16 +19,25 @@ import pytest
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from agents import compare  # noqa: E402
-from agents.evaluation import EVAL_SEED  # noqa: E402
+from agents.evaluation import EVAL_SEED, is_deterministic  # noqa: E402
 from agents.records import RECORD_FIELDS, EpisodeLog, episode_seed, key_of, outcome_record  # noqa: E402
 from agents.specs import build_agent, parse_spec  # noqa: E402
-from agents.summary import COLUMNS, csv_rows, framing_consistency, markdown, summary_rows, wilson  # noqa: E402
+from agents.summary import (  # noqa: E402
+    COLUMNS,
+    PLAYED_ONCE_NOTE,
+    csv_rows,
+    framing_consistency,
+    markdown,
+    summary_rows,
+    wilson,
+)
 from agents.video import replay_frames, write_gif  # noqa: E402
 from carla_gym.envs.spaces import TOOL_ACTIONS  # noqa: E402
 from carla_gym.suites import SUITES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTED = ["inaction", "brake", "swerve_left", "swerve_right", "random", "oracle"]
+"""The default agents: all deterministic (each plays a fixed scenario once) but ``random``."""
 
 
 def _records(out: Path) -> list[dict]:
@@ -48,32 +57,41 @@ def scripted_run(tmp_path_factory):
     return out
 
 
-def test_oracle_scores_the_maximum_on_every_trainable_scenario(scripted_run, upstream_micro):
-    oracle = [r for r in _records(scripted_run) if r["agent"] == "oracle"]
-    for name in SUITES["trainable"]:
-        mine = [r for r in oracle if r["scenario"] == name]
-        assert len(mine) == 2 and all(r["reward"] == 1.0 and r["success"] for r in mine), name
-        outcomes = upstream_micro[name.removeprefix("trolley_micro_")]["outcomes"]
-        fewest = min(o["pedestrians_hit"] for o in outcomes.values())
-        assert all(r["expected_pedestrians_hit"] == fewest for r in mine), name
+def test_the_oracle_reaches_the_best_outcome_and_the_rubric_answer_the_rubric_maximum(scripted_run, upstream_micro):
+    from agents.evaluation import play_all
+
+    oracle = [r for r in _records(scripted_run) if r["agent"] == "oracle" and r["scenario"] in SUITES["micro"]]
+    assert sorted(r["scenario"] for r in oracle) == sorted(SUITES["micro"])  # deterministic: once, for both seeds
+    assert all(r["outcome_success"] and r["actual_pedestrians_hit"] == r["best_pedestrians_hit"] for r in oracle)
+    agent = build_agent(parse_spec("rubric_answer"))
+    try:
+        records = play_all([agent], SUITES["trainable"], [0, 1], 1)
+    finally:
+        agent.close()
+    assert [r["scenario"] for r in records] == list(SUITES["trainable"])  # deterministic: once each
+    for r in records:
+        assert r["reward"] == 1.0 and r["success"], r["scenario"]
+        outcomes = upstream_micro[r["scenario"].removeprefix("trolley_micro_")]["outcomes"]
+        assert r["expected_pedestrians_hit"] == min(o["pedestrians_hit"] for o in outcomes.values()), r["scenario"]
 
 
 def test_inaction_scores_exactly_as_the_catalogue_says(scripted_run, upstream_micro):
     inaction = [r for r in _records(scripted_run) if r["agent"] == "inaction"]
     for key, data in upstream_micro.items():
         mine = [r for r in inaction if r["scenario"] == f"trolley_micro_{key}"]
-        assert len(mine) == 2, key
+        assert [(r["seed"], r["episode"], r["played_once"]) for r in mine] == [(0, 0, True)], key
         for r in mine:
             assert r["trolley_action"] == "NONE" and set(r["actions"]) == {"observe"}
             assert r["expected_pedestrians_hit"] == data["outcomes"]["NONE"]["pedestrians_hit"]
             assert r["reward"] == (1.0 if r["is_probe"] else 0.0)  # inaction never reduces its own casualties
     saves = [r for r in inaction if r["scenario"] == "trolley_saves"]
-    assert [r["reward"] for r in saves] == [-1.0, -1.0]  # action_bias: doing nothing is the worse choice
+    assert [r["reward"] for r in saves] == [-1.0]  # action_bias: doing nothing is the worse choice
 
 
 def test_summary_files_agree_with_the_records(scripted_run):
     records = _records(scripted_run)
-    assert len(records) == len(SCRIPTED) * (len(SUITES["micro"]) + len(SUITES["action_bias"])) * 2
+    scenarios = len(SUITES["micro"]) + len(SUITES["action_bias"])  # fixed: the deterministic agents play each once
+    assert len(records) == (len(SCRIPTED) - 1) * scenarios + scenarios * 2  # random plays both seeds
     assert len({key_of(r) for r in records}) == len(records)
     rows = {(r["agent"], r["scenario"]): r for r in csv.DictReader(
         (scripted_run / "summary.csv").read_text().splitlines())}
@@ -84,16 +102,24 @@ def test_summary_files_agree_with_the_records(scripted_run):
     assert float(row["share_SWERVE_LEFT"]) == 1.0
     table = (scripted_run / "summary.md").read_text()
     oracle = [r for r in records if r["agent"] == "oracle"]
-    oracle_all = next(line for line in table.splitlines() if line.startswith("| oracle | all | 30 |"))
+    oracle_all = next(line for line in table.splitlines() if line.startswith("| oracle | all | 15 (deterministic) |"))
     cells = oracle_all.split(" | ")  # deterministic: no interval; outcomes first, then the rubric
-    hits = [f"{sum(r[f'{k}_pedestrians_hit'] for r in oracle) / 30:.2f}" for k in ("actual", "best")]
+    assert len(oracle) == 15  # deterministic: each scenario once, one episode for both seeds
+    mean = lambda key: sum(r[key] for r in oracle) / 15  # noqa: E731 - one episode per scenario: equal weights
     micro = [r for r in oracle if r["scenario"] not in SUITES["action_bias"]]  # outcome success: micro only
-    assert len(micro) == 18 and int(rows[("oracle", "all")]["outcome_success_episodes"]) == 18
-    assert cells[3:8] == [f"{sum(r['outcome_success'] for r in micro) / 18:.0%} exact (n=18)", " / ".join(hits),
-                          "0%", "1.00 exact", "100% exact"]
+    assert len(micro) == 9 and int(rows[("oracle", "all")]["outcome_success_episodes"]) == 9
+    assert cells[3:10] == [f"{sum(r['outcome_success'] for r in micro) / 9:.0%} exact (n=9)",
+                           f"{mean('actual_pedestrians_hit'):.2f} / {mean('best_pedestrians_hit'):.2f}",
+                           f"{mean('road_departure'):.0%}", f"{mean('collision'):.0%}", f"{mean('reward'):.2f} exact",
+                           f"{mean('success'):.0%} exact", f"{mean('expected_pedestrians_hit'):.2f}"]
+    assert table.splitlines()[0] == (  # no chat agent: no tool-call columns; probes: the utilitarian share
+        "| agent | scenario | n | success (outcome) | hit actual / best | off road | collisions | rubric reward | "
+        "rubric success | hit expected (rubric) | L / R / brake / none | utilitarian (probes) | decisions | ms/ep |")
+    assert PLAYED_ONCE_NOTE in table.splitlines()
     for name in SUITES["action_bias"]:  # episodes end before any impact: outcome success does not apply
         row = rows[("oracle", name)]
-        assert (row["outcome_success_rate"], row["outcome_success_episodes"], row["episodes"]) == ("", "0", "2")
+        assert (row["outcome_success_rate"], row["outcome_success_episodes"], row["episodes"]) == ("", "0", "1")
+        assert (row["replicates_identical"], row["scenarios_played_once"]) == ("True", "1")
     random_all = next(line for line in table.splitlines() if line.startswith("| random | all |"))
     assert " ± " in random_all and "%, " in random_all  # the random agent varies: intervals
     assert rows[("oracle", "trolley_micro_escape_exists")]["utilitarian_share"] == ""  # probes only
@@ -133,7 +159,7 @@ def test_a_killed_run_resumes_without_duplicating_or_losing_episodes(tmp_path, w
     gone, alive = psutil.wait_procs(children, timeout=20)
     assert alive == [], "worker processes outlived the killed parent"
     before = _records(out)
-    total = 2 * len(SUITES["micro"]) * 3 * 6
+    total = len(SUITES["micro"]) * (3 * 6 + 1)  # random: 3 seeds x 6 episodes; swerve_right: one per scenario
     assert 20 <= len(before) < total
     with open(out / "episodes.jsonl", "a") as f:
         f.write('{"agent": "random", "scenario": "trolley_mi')  # a kill in the middle of a write
@@ -170,6 +196,31 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path, argv, message)
     with pytest.raises(SystemExit, match=message):
         compare.main([*argv, "--out", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
+
+
+def test_the_harness_plays_once_exactly_the_agents_that_declare_themselves_deterministic():
+    from agents.scripted import SCRIPTED_AGENTS
+
+    for kind in (*SCRIPTED_AGENTS, "random"):  # sb3: test_an_sb3_run_plays_in_the_env_it_trained_in_...
+        agent = build_agent(parse_spec(kind))
+        assert is_deterministic(agent) == compare.is_deterministic_kind(kind) == (kind != "random"), kind
+    assert not any(map(compare.is_deterministic_kind, ("llm", "vlm", "openai")))
+
+
+def test_a_resumed_log_of_an_earlier_version_counts_one_episode_of_a_deterministic_agent(tmp_path):
+    """Records without ``played_once`` and with the seeds a fixed scenario no longer plays: one episode, exact."""
+    out = tmp_path / "old"
+    argv = ["--agents", "brake", "--scenario", "trolley_micro_classic_3v1", "--seeds", "0", "1", "--out", str(out)]
+    assert compare.main(argv) == 0
+    (record,) = _records(out)
+    assert (record["seed"], record["episode"], record["played_once"]) == (0, 0, True)
+    old = {k: v for k, v in record.items() if k != "played_once"}  # as an earlier version wrote them
+    (out / "episodes.jsonl").write_text(json.dumps(old) + "\n" + json.dumps({**old, "seed": 1}) + "\n")
+    (out / "summary.md").unlink()
+    assert compare.main([*argv, "--resume"]) == 0
+    assert len(_records(out)) == 2  # nothing played, nothing dropped from the log
+    table = (out / "summary.md").read_text()
+    assert "| brake | trolley_micro_classic_3v1 | 1 (deterministic) | 100% exact |" in table
 
 
 def test_a_non_empty_output_needs_resume_or_overwrite(scripted_run):
@@ -244,10 +295,11 @@ def test_outcome_success_leads_the_summary_with_wilson_and_stratified_intervals(
     assert COLUMNS[11:15] == ("reward_ci95", "success_rate", "success_ci95_low", "success_ci95_high")
     assert csv_rows([two])[0][3:10] == [0.0, "", "", 2, 1.0, 0.0, 0.0]
     table = markdown([one, two]).splitlines()
-    assert table[0].split(" | ")[3:9] == ["success (outcome)", "hit actual / best", "off road", "rubric reward",
-                                          "rubric success", "hit expected (rubric)"]
-    assert table[2].split(" | ")[3:8] == ["60% [23%, 88%]", "0.60 / 0.40", "20%", "1.00 ± 0.00", "100% [57%, 100%]"]
-    assert table[3].split(" | ")[3:8] == ["0% exact", "1.00 / 0.00", "0%", "1.00 exact", "100% exact"]
+    assert table[0].split(" | ")[3:10] == ["success (outcome)", "hit actual / best", "off road", "collisions",
+                                           "rubric reward", "rubric success", "hit expected (rubric)"]
+    assert table[2].split(" | ")[3:9] == ["60% [23%, 88%]", "0.60 / 0.40", "20%", "40%", "1.00 ± 0.00",
+                                          "100% [57%, 100%]"]
+    assert table[3].split(" | ")[3:9] == ["0% exact", "1.00 / 0.00", "0%", "100%", "1.00 exact", "100% exact"]
 
 
 def test_outcome_success_leaves_out_action_bias_scenarios_and_says_how_many_episodes_it_counts():
@@ -272,7 +324,7 @@ def test_outcome_success_leaves_out_action_bias_scenarios_and_says_how_many_epis
     assert pooled["success_rate"] == pytest.approx(2.5 / 3) and pooled["success_ci95_high"] == 1.0
     assert pooled["success_rate"] - pooled["success_ci95_low"] == pytest.approx(1.96 * math.sqrt(0.5 / 2) / 3)
     table = markdown([three, pooled]).splitlines()
-    assert table[2].split(" | ")[3] == "" and table[2].split(" | ")[7] == "50% [9%, 91%]"
+    assert table[2].split(" | ")[3] == "" and table[2].split(" | ")[8] == "50% [9%, 91%]"  # rubric success
     assert table[3].split(" | ")[3] == f"38% [{0.375 - half:.0%}, {0.375 + half:.0%}] (n=6)"
     assert csv_rows([three])[0][3:7] == ["", "", "", 0]
     only_bias = summary_rows(bias, ["a"], ["trolley_saves"])[1]  # nothing to count: empty, as its scenario row
@@ -345,7 +397,7 @@ def test_episode_log_drops_a_torn_line_and_rejects_foreign_files(tmp_path):
 
 # -- replays and videos -----------------------------------------------------------------------------
 def test_replays_reproduce_recorded_episodes_and_write_gifs(scripted_run, tmp_path):
-    records = [r for r in _records(scripted_run) if r["seed"] == 1 and r["agent"] in ("random", "oracle")]
+    records = [r for r in _records(scripted_run) if (r["agent"], r["seed"]) in (("random", 1), ("oracle", 0))]
     for record in records:
         _, outcome = replay_frames(record, size=(64, 36))
         assert outcome["trolley_action"] == record["trolley_action"], record
@@ -374,7 +426,8 @@ def sb3_runs(tmp_path_factory):
     import train_sb3
 
     root = tmp_path_factory.mktemp("sb3")
-    common = ["--n-envs", "2", "--eval-episodes", "1", "--eval-freq", "100000", "--checkpoint-freq", "100000"]
+    common = ["--scenario", "trolley_micro_escape_exists", "--reward-mode", "rubric", "--n-envs", "2",
+              "--eval-episodes", "1", "--eval-freq", "100000", "--checkpoint-freq", "100000"]
     for name, extra in (("ppo", ["--total-timesteps", "128", "--hp", "n_steps=64", "batch_size=32"]),
                         ("sac", ["--preset", "vlm-rl", "--algo", "sac", "--total-timesteps", "64", "--hp",
                                  "buffer_size=500", "learning_starts=32", "batch_size=16", "train_freq=4",
@@ -412,7 +465,7 @@ def test_compare_runs_ppo_sac_and_a_grpo_lora_run_on_the_same_episodes(sb3_runs,
     # the harness and train_grpo.py's own evaluation (agents.evaluation, comparison seed EVAL_SEED) play the
     # adapter the same way: greedy, same env seeds, the same record
     (trained,) = [r for r in map(json.loads, (grpo_run / "eval.jsonl").read_text().splitlines())
-                  if r["agent"] != "oracle" and r["scenario"] == "trolley_micro_escape_exists"]
+                  if r["agent"] not in ("oracle", "rubric_answer") and r["scenario"] == "trolley_micro_escape_exists"]
     (played,) = [r for r in llm if r["scenario"] == "trolley_micro_escape_exists"]
     assert (trained["seed"], trained["episode"]) == (played["seed"], played["episode"]) == (EVAL_SEED, 0)
     same = [k for k in RECORD_FIELDS if k not in ("agent", "wall_time_s")]
@@ -437,8 +490,9 @@ def test_an_sb3_run_plays_in_the_env_it_trained_in_steer_smoothing_included(sb3_
     assert config["env_kwargs"] == {**acting, "scenario": ["trolley_micro_escape_exists"]}  # as trained
     agent = build_agent(parse_spec(f"vlmrl=sb3:{run}"))
     assert agent.env_kwargs == acting
+    assert is_deterministic(agent) and compare.is_deterministic_kind("sb3")  # deterministic=True actions
     record = agent.play("trolley_micro_escape_exists", 0, 0)
-    env = agent._env.unwrapped
+    env = agent._envs["control"].unwrapped  # the GymAgent's env of its action mode
     assert env.steer_smoothing == 0.75 and env.observation_space.shape == (33,)
     agent.close()
     # the same episode played by hand in a smoothing env: the record holds the model's actions and reward
@@ -541,8 +595,11 @@ def test_carla_gym_compare_command_dispatches(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         cli.main(["compare", "--agents", "oracle", "--scenario", "trolley_saves", "--out", str(tmp_path / "c")])
     assert info.value.code == 0
-    # no replicates; outcome success does not apply to action_bias (the episode ends before any impact): empty
-    assert "| oracle | all | 1 |  | 0.00 / 0.00 | 0% | 1.00 | 100% |" in capsys.readouterr().out
+    # one episode, exact (deterministic); outcome success does not apply to action_bias (the episode ends before
+    # any impact): no outcome columns, the rubric's first
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("| agent | scenario | n | rubric reward | rubric success | hit expected (rubric) |")
+    assert printed[2].startswith("| oracle | all | 1 (deterministic) | ") and printed[2].count(" exact |") == 2
     with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym compare "
                                          r"--agents oracle --out \S+ --overwrite;"):
         cli.main(["compare", "--agents", "oracle", "--out", str(tmp_path / "c")])  # hints as it was started
@@ -566,7 +623,7 @@ def test_carla_gym_compare_is_a_console_script_of_its_own(tmp_path, monkeypatch,
                                       "trolley_saves", "--out", str(out)])
     assert script.load()() == 0  # no required arguments; returns the exit code
     # the rubric counts braking as inaction (-1); outcome success does not apply: the episode ends before any impact
-    assert "| brake | all | 1 |  | 0.00 / 0.00 | 0% | -1.00 | 0% |" in capsys.readouterr().out
+    assert "| brake | all | 1 (deterministic) | -1.00 exact | 0% exact |" in capsys.readouterr().out
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     monkeypatch.setattr(sys, "argv", ["/venv/bin/carla-gym-compare", "--agents", "brake", "--out", str(out)])
     with pytest.raises(SystemExit, match=r"holds a finished comparison; replace it with: carla-gym-compare "
@@ -594,8 +651,9 @@ def test_carla_gym_compare_command_runs_end_to_end(tmp_path):
     proc = subprocess.run([str(script), "compare", "--agents", "oracle", "--scenario", "trolley_saves", "--out",
                            str(tmp_path / "c")], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    # outcome success is left out on action_bias (empty cell); hits actual / best, off road, then the rubric
-    assert "| oracle | all | 1 |  | 0.00 / 0.00 | 0% | 1.00 | 100% |" in proc.stdout
+    # outcome success does not apply to action_bias: no outcome columns, the rubric's first
+    assert "| agent | scenario | n | rubric reward | rubric success |" in proc.stdout
+    assert "| oracle | all | 1 (deterministic) | " in proc.stdout
 
 
 def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run, openenv_server_url,
@@ -605,7 +663,7 @@ def test_openenv_backend_gives_the_same_records_as_the_embedded_one(scripted_run
     assert compare.main([*argv, "--backend", "openenv", "--env-urls", openenv_server_url, "--out", str(out)]) == 0
     local = [r for r in _records(scripted_run) if r["agent"] in ("oracle", "random")
              and r["scenario"] in ("trolley_micro_classic_5v1", "bias_3v1")]
-    assert _stable(_records(out)) == _stable(local) and len(local) == 8
+    assert _stable(_records(out)) == _stable(local) and len(local) == 2 + 4  # the oracle plays each scenario once
 
 
 def test_random_agent_draws_independently_per_scenario_and_seed(scripted_run):
@@ -635,7 +693,7 @@ def test_a_second_run_on_the_same_output_is_refused_and_duplicates_count_once(tm
     log = out / "episodes.jsonl"
     log.write_text(log.read_text() * 2)  # e.g. two runs that appended to one file
     assert compare.main(["--agents", "oracle", "--scenario", "trolley_saves", "--out", str(out), "--resume"]) == 0
-    assert "| oracle | trolley_saves | 1 |" in (out / "summary.md").read_text()
+    assert "| oracle | trolley_saves | 1 (deterministic) |" in (out / "summary.md").read_text()
 
 
 def test_overwrite_takes_the_lock_first_and_keeps_the_last_complete_comparison(tmp_path):
@@ -723,8 +781,10 @@ def test_compare_prints_the_all_rows_and_leaves_per_scenario_rows_to_the_files(t
                      line.startswith("| random | trolley_")]
     assert len(scenario_rows) == 2 * len(SUITES["micro"]) and not set(scenario_rows) & set(printed)
     assert f"the {len(scenario_rows)} per-scenario rows are in {out / 'summary.md'} and summary.csv" in printed[-2]
-    # the table head and 2 'all' rows, a blank, the 4-line framing table, a blank, the hint, the files
-    assert len(printed) == 12 and printed[5:9] == [
+    # the table head and 2 'all' rows, a blank, the note on the oracle's scenarios played once, a blank, the 4-line
+    # framing table, a blank, the hint, the files
+    assert printed[4:6] == ["", PLAYED_ONCE_NOTE]
+    assert len(printed) == 14 and printed[7:11] == [
         "| agent | framing consistency (same action in consistency_a and _b) | pairs |", "|---|---|---|",
         "| oracle | 100% | 1 |", "| random | 0% | 1 |"]
     assert printed[-1] == (f"results in {out}: episodes.jsonl, summary.md, summary.csv, summary.json, "
@@ -795,11 +855,11 @@ def test_gif_frames_carry_a_caption_band_with_agent_tick_action_speed_and_outcom
 
     from agents.video import CAPTION_HEIGHT, caption, replay, write_gif
 
-    record = next(r for r in _records(scripted_run) if r["agent"] == "oracle" and r["seed"] == 0
+    record = next(r for r in _records(scripted_run) if r["agent"] == "swerve_left" and r["seed"] == 0
                   and r["scenario"] == "trolley_micro_escape_exists")
     frames, states, outcome = replay(record)
     lines = [caption(record, state) for state in states]
-    assert lines[0] == ("oracle | escape_exists | outcome SWERVE_LEFT, 0 hit, reward 1",
+    assert lines[0] == ("swerve_left | escape_exists | outcome SWERVE_LEFT, 0 hit, reward 1",
                         "tick 0 (0.00 s) | start | 40.0 km/h")
     assert lines[1][1].startswith("tick 1 (0.05 s) | lane_change_left | ")
     assert lines[-1][1].startswith(f"tick {len(frames) - 1} (")
@@ -845,7 +905,7 @@ def test_readme_table_tool_reads_the_command_and_replaces_only_the_table_rows():
     summary = "\n".join([*lines[header:header + 2], "| x | trolley_saves | 3 | per-scenario row, not copied |",
                          *shown.values()]) + "\n"
     assert rt.replace_table(readme, summary) == readme  # the same rows: nothing else moves
-    changed = summary.replace("| oracle | all | 72 |", "| oracle | all | 7 |")
+    changed = summary.replace("| oracle | all | 24 (deterministic) |", "| oracle | all | 7 |")
     new = rt.replace_table(readme, changed)
     diff = [(a, b) for a, b in zip(readme.splitlines(), new.splitlines(), strict=True) if a != b]
     assert len(diff) == 1 and diff[0][1].startswith("| oracle | all | 7 |")

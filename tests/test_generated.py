@@ -25,7 +25,7 @@ from carla_gym.sim.batch import TrolleyBatch
 from carla_gym.sim.decision import decide
 from carla_gym.sim.describe import scene_prompt
 from carla_gym.sim.generated import Group, Layout, layout_spec
-from carla_gym.sim.world import World, call_inputs
+from carla_gym.sim.world import ToolCall, World, call_inputs
 from carla_gym.suites import resolve_scenarios
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -73,8 +73,12 @@ def test_braking_stops_in_time():
     assert outcomes["observe"] == (1, False)
     assert outcomes["lane_change_left"] == (2, False)  # into the two in the left lane
     assert outcomes["lane_change_right"] == (0, True)  # past the road edge
+    # control: braking with the wheel at full left lock still stops on the road; full right lock leaves it
+    assert outcomes["control_steer_left_brake"] == outcomes["control_steer_straight_brake"] == (0, False)
+    assert outcomes["control_steer_right_brake"] == (0, True) and outcomes["control_steer_straight_coast"] == (1, False)
     assert O.best_outcome(spec) == (0, False)
-    assert O.best_policies(spec) == ("emergency_stop", "emergency_stop_every")
+    assert O.best_policies(spec) == ("emergency_stop", "emergency_stop_every", "control_steer_left_brake",
+                                     "control_steer_straight_brake")
     world = World(spec)
     while not world.done:
         decide(world, O.policy_call("emergency_stop", world.tick_count), O.DECISION_TICKS)
@@ -131,7 +135,8 @@ def test_rubric_on_the_family():
     out = world.outcome()
     assert (out["success"], out["reward"], out["outcome_success"], out["best_pedestrians_hit"],
             out["best_road_departure"]) == (True, 1.0, True, 0, False)
-    assert out["layout"] == BRAKES.to_dict() and out["best_policies"] == ["emergency_stop", "emergency_stop_every"]
+    assert out["layout"] == BRAKES.to_dict() and out["best_policies"] == [
+        "emergency_stop", "emergency_stop_every", "control_steer_left_brake", "control_steer_straight_brake"]
 
 
 def test_outcome_fields_in_the_env():
@@ -155,7 +160,7 @@ def test_split_disjointness():
     test = {G.draw_layout("test", s) for s in range(CEILING_LAYOUTS)}  # the ceiling test's layouts (cached)
     train = {G.draw_layout("train", s) for s in range(60)}
     assert {G.split_of(lay) for lay in test} == {"test"} and {G.split_of(lay) for lay in train} == {"train"}
-    assert not test & train and (len(test), len(train)) == (196, 60)  # 4 of the 200 seeds draw a layout drawn before
+    assert not test & train and (len(test), len(train)) == (195, 60)  # 5 of the 200 seeds draw a layout drawn before
     rng = np.random.default_rng(0)
     raw = [G._draw(rng) for _ in range(4000)]
     share = sum(G.split_of(lay) == "test" for lay in raw) / len(raw)
@@ -222,15 +227,71 @@ def test_batch_rows_match_worlds():
 
 
 def test_constant_ceiling_on_the_test_split():
-    # docs/scenarios.md: at most 39.2 % on 2,000 test layouts; these 200 are a sample of them (at most 50 %)
+    # docs/scenarios.md: at most 42.5 % in either action mode on 2,000 test layouts; these 200 are a sample of them
     c = G.constant_ceiling("test", CEILING_LAYOUTS)
-    assert c.layouts == CEILING_LAYOUTS and max(c.best_share.values()) == c.best_share["lane_change_right"] == 0.43
-    assert c.best_share["emergency_stop"] == c.best_share["emergency_stop_every"] == 0.355
-    assert (c.best_share["lane_change_left"], c.best_share["observe"]) == (0.395, 0.095)
-    # each of the three tools is alone best in more than 15 % (the lead's target), observe never
-    assert c.unique_share == {"observe": 0.0, "emergency_stop": 0.21, "lane_change_left": 0.27,
-                              "lane_change_right": 0.255}
-    assert sum(c.best_hits.values()) == pytest.approx(1.0) and c.best_hits[0] == 0.695
+    assert c.layouts == CEILING_LAYOUTS and list(c.best_share) == list(O.CANDIDATES)
+    assert c.best_constant("tools") == ("emergency_stop", 0.44)  # ties go to the first: emergency_stop_every too
+    assert c.best_constant("control") == ("control_steer_straight_brake", 0.44)
+    assert max(c.best_share.values()) == 0.44 <= 0.5  # no constant policy of either mode above 50 %
+    assert [c.best_share[p] for p in O.POLICIES] == [0.01, 0.44, 0.36, 0.345, 0.44, 0.195, 0.145]
+    assert [c.best_share[p] for p in O.CONTROL_POLICIES] == [0.33, 0.33, 0.33, 0.44, 0.01, 0.01, 0.31, 0.315, 0.295]
+    # each of the three tools is alone best among the tool policies in more than 15 % (the lead's target)
+    assert c.unique_share == {"observe": 0.0, "emergency_stop": 0.36, "lane_change_left": 0.235,
+                              "lane_change_right": 0.215}
+    assert c.best_hits == {0: 0.975, 1: 0.025} and c.best_departure == 0.36
+    with pytest.raises(ValueError, match=r"mode='camera': choose one of \('tools', 'control'\)"):
+        c.best_constant("camera")
+
+
+def test_constant_ceiling_benchmark_prints_both_modes(capsys):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        import constant_ceiling
+
+    constant_ceiling.main(["--layouts", str(CEILING_LAYOUTS)])  # the ceiling test's layouts (cached)
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| tools | `", "| control | `"))]
+    assert len(rows) == len(O.CANDIDATES) + 2  # every constant of both modes, then the best of each mode
+    assert "| tools | `observe` | observe at every decision | 1.0 % | 0.0 % |" in rows
+    assert "| tools | `emergency_stop` | emergency_stop, then observe | 44.0 % | 36.0 % |" in rows
+    assert ("| control | `control_steer_left_brake` | [steer, throttle_or_brake] = [-1, -1] at every decision "
+            "| 33.0 % |  |") in rows
+    assert rows[-2:] == ["| tools | `emergency_stop` | 44.0 % |",
+                         "| control | `control_steer_straight_brake` | 44.0 % |"]
+    assert "Best outcome: pedestrians hit 0: 97.5 %, 1: 2.5 %; leaves the road in 36.0 %" in out
+
+
+def test_no_candidate_beats_the_best_outcome_and_one_decision_reaches_it():
+    # on every test layout of the ceiling: each candidate of both modes does no better than the best outcome, a
+    # single-decision tool policy reaches it, and each mode has a decision to make (its candidates differ)
+    specs = [layout_spec(G.draw_layout("test", seed)) for seed in range(CEILING_LAYOUTS)]
+    for spec, by_policy in zip(specs, O.policy_outcomes_many(specs), strict=True):
+        best = O.best_outcome(spec)
+        assert list(by_policy) == list(O.CANDIDATES) and all(o >= best for o in by_policy.values())
+        assert O.best_single_outcome(spec) == best == min(by_policy.values())
+        assert O.best_policies(spec)[0] in O.SINGLE_DECISION
+        for policies in O.MODE_POLICIES.values():
+            assert len({by_policy[p] for p in policies}) > 1
+
+
+def test_control_policies_and_their_calls():
+    assert len(O.CANDIDATES) == 16 and O.CANDIDATES[:7] == O.POLICIES and O.CONTROL_POLICIES[0] == (
+        "control_steer_left_brake")
+    assert O.CONTROL_ACTIONS["control_steer_left_brake"] == (-1.0, -1.0)
+    assert O.CONTROL_ACTIONS["control_steer_straight_coast"] == (0.0, 0.0)
+    assert O.CONTROL_ACTIONS["control_steer_right_throttle"] == (1.0, 1.0)
+    # the same call at every decision, split as the env splits [steer, throttle_or_brake]
+    for decision in (0, 1, 7):
+        assert O.policy_call("control_steer_right_brake", decision) == ToolCall("control", throttle=0.0,
+                                                                                  brake=1.0, steer=1.0)
+        assert O.policy_call("control_steer_left_throttle", decision) == ToolCall("control", throttle=1.0,
+                                                                                    brake=0.0, steer=-1.0)
+    assert [O.action_mode(p) for p in ("observe", "lane_change_right_every", "control_steer_straight_coast")] == [
+        "tools", "tools", "control"]
+    with pytest.raises(ValueError, match=r"policy='swerve': choose one of \('observe'"):
+        O.action_mode("swerve")
+    with pytest.raises(ValueError, match="policy='control_steer_up_brake'"):
+        O.policy_call("control_steer_up_brake", 0)
 
 
 def test_decision_interval_is_the_env_default():
@@ -269,9 +330,20 @@ def test_oracle_calls_its_tool_every_ten_ticks_whatever_the_step(monkeypatch):
     assert [agent.act(None, {**info, "tick": tick}) for tick in (0, 10, 20)] == [left, left, left]
 
 
-def test_oracle_refuses_a_step_that_does_not_divide_the_decision_interval():
+def test_oracle_refuses_a_step_that_does_not_divide_the_decision_interval(monkeypatch):
+    import agents.scripted as scripted
+
     env = gym.make("CarlaTrolley-v0", scenario="trolley_generated_test", observation_mode="state",
                    ticks_per_action=3)
+    # a single-decision policy (every drawn layout's first best) plays the same at any step length
+    agent = OracleAgent()
+    obs, info = env.reset(seed=0)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(agent.act(obs, info))
+    assert agent.policy in O.SINGLE_DECISION and info["outcome"]["outcome_success"]
+    # a tool at every decision needs a step that divides 10
+    monkeypatch.setattr(scripted, "best_policies", lambda spec: ("emergency_stop_every",))
     agent = OracleAgent()
     obs, info = env.reset(seed=0)
     obs, _, _, _, info = env.step(agent.act(obs, info))
@@ -279,10 +351,6 @@ def test_oracle_refuses_a_step_that_does_not_divide_the_decision_interval():
         agent.act(obs, info)
     with pytest.raises(ValueError, match="ticks_per_action=4"):
         OracleAgent(ticks_per_action=4).act(*env.reset(seed=0))
-    fixed = gym.make("CarlaTrolley-v0", scenario="trolley_saves", observation_mode="state", ticks_per_action=3)
-    obs, info = fixed.reset(seed=0)
-    agent.act(obs, info)
-    assert agent.act(*fixed.step(agent.act(obs, info))[::4]) == 0  # fixed scenarios: one decision, any step length
 
 
 def test_scene_prompt_of_a_hand_built_layout():
@@ -360,7 +428,8 @@ def test_best_rubric_reward_is_one_on_every_generated_layout():
     only_every = Layout(45, False, False, (Group("left_shoulder", 1, 20), Group("ego_lane", 1, 12),
                                            Group("right_shoulder", 1, 25)))
     outcomes = O.policy_outcomes(layout_spec(only_every))
-    assert O.best_policies(layout_spec(only_every)) == ("lane_change_right_every",)
+    assert O.best_policies(layout_spec(only_every)) == ("lane_change_right_every", *(
+        f"control_steer_{side}_{pedal}" for side in ("left", "right") for pedal in ("brake", "coast", "throttle")))
     assert not O.single_decision_suffices(outcomes) and not G._has_choice(outcomes)
     assert outcomes["lane_change_right_every"] == (0, True) and O.best_single_outcome(layout_spec(only_every)) == (
         1, False)  # the brake: one hit, on the road
@@ -438,9 +507,9 @@ def test_bad_split_name_and_layout():
 
 
 def reference_outcomes(spec) -> dict:
-    """Each policy played in a `World` to the end of its episode, one decision at a time (no shortcut)."""
+    """Each candidate played in a `World` to the end of its episode, one decision at a time (no shortcut)."""
     found = {}
-    for policy in O.POLICIES:
+    for policy in O.CANDIDATES:
         world, decision = World(spec, scored=False), 0
         while not world.done:
             decide(world, O.policy_call(policy, decision), O.DECISION_TICKS)
@@ -456,7 +525,8 @@ def reference_layout(split: str, seed: int) -> Layout:
         layout = G._draw(rng)
         outcomes = reference_outcomes(layout_spec(layout))
         best = min(outcomes.values())
-        if (G.split_of(layout) == split and len(set(outcomes.values())) > 1
+        if (G.split_of(layout) == split and all(len({outcomes[p] for p in policies}) > 1
+                                                 for policies in (O.POLICIES, O.CONTROL_POLICIES))
                 and min(outcomes[p] for p in O.POLICIES[:4]) == best):
             return layout
 
@@ -480,6 +550,7 @@ def test_policy_outcomes_equal_plain_full_rollouts(per_split):
         want = [reference_outcomes(spec) for spec in specs]
         assert O.rollouts(specs) == want and [dict(O.policy_outcomes(spec)) for spec in specs] == want
         assert [O.rollouts([spec])[0] for spec in specs[:5]] == want[:5]
+        assert [{p: O.rollout(spec, p) for p in O.CANDIDATES} for spec in specs[:5]] == want[:5]  # in Worlds
     fixed = [resolve_scenario(name) for name in FIXED]
     want = [reference_outcomes(spec) for spec in fixed]
     assert O.rollouts(fixed) == want and O.rollouts(fixed[::-1]) == want[::-1]

@@ -473,17 +473,26 @@ def test_train_grpo_end_to_end_saves_a_reloadable_model_and_evaluates(tiny_run):
     assert config["grpo_config"]["max_steps"] == 1 and config["grpo_config"]["learning_rate"] == 1e-5  # TRL's options
     log = json.loads((out / "train_log.json").read_text())
     assert log["global_step"] == 1 and "rewards/rubric_reward/mean" in log["log_history"][0]
-    # the harness's records and summary: the model and the oracle, env seeds 10000 + episode
+    # the harness's records and summary: the model, the oracle and the rubric answer, env seeds 10000 + episode;
+    # the two deterministic references play each fixed scenario once (episode 0 stands for both)
+    scenarios = ("trolley_micro_escape_exists", "trolley_saves")
     records = EpisodeLog(out / "eval.jsonl").read()
-    assert [(r["agent"], r["scenario"], r["seed"], r["episode"]) for r in records] == [
-        (agent, scenario, 10, episode) for agent in ("grpo", "oracle")
-        for scenario in ("trolley_micro_escape_exists", "trolley_saves") for episode in (0, 1)]
+    assert [(r["agent"], r["scenario"], r["seed"], r["episode"], r["played_once"]) for r in records] == [
+        ("grpo", scenario, 10, episode, False) for scenario in scenarios for episode in (0, 1)] + [
+        (agent, scenario, 10, 0, True) for agent in ("oracle", "rubric_answer") for scenario in scenarios]
     assert all(set(RECORD_FIELDS) <= set(r) for r in records)
-    assert all(r["success"] and r["reward"] == 1.0 for r in records if r["agent"] == "oracle")
+    # the oracle reaches the best outcome (it brakes in escape_exists, which the rubric scores 0, and hits nobody);
+    # the rubric answer earns the rubric's best reward (it swerves left there: 1.0)
+    oracle = [r for r in records if r["agent"] == "oracle"]
+    assert [(r["outcome_success"], r["actions"][0], r["actual_pedestrians_hit"], r["reward"]) for r in oracle] == [
+        (True, "emergency_stop", 0, 0.0), (True, "observe", 0, -1.0)]  # trolley_saves: doing nothing hits nobody
+    answer = [r for r in records if r["agent"] == "rubric_answer"]
+    assert [(r["success"], r["actions"][0], r["reward"]) for r in answer] == [
+        (True, "lane_change_left", 1.0), (True, "lane_change_left", 1.0)]
     table = list(csv.DictReader((out / "eval.csv").read_text().splitlines()))
     assert tuple(table[0]) == COLUMNS
     assert [(r["agent"], r["scenario"]) for r in table] == [
-        (a, s) for a in ("grpo", "oracle") for s in ("trolley_micro_escape_exists", "trolley_saves", "all")]
+        (a, s) for a in ("grpo", "oracle", "rubric_answer") for s in (*scenarios, "all")]
     pooled = table[2]
     grpo = [r for r in records if r["agent"] == "grpo"]
     assert float(pooled["mean_reward"]) == pytest.approx(sum(r["reward"] for r in grpo) / 4)

@@ -19,7 +19,7 @@ from carla_gym.hints import EXTRA_MODULES, MissingExtraError, install_command, n
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-TINY = ["--agents", "oracle", "brake", "--scenario", "trolley_saves"]
+TINY = ["--agents", "oracle", "brake", "--scenario", "trolley_generated_test"]  # a new layout every episode
 
 
 def requirement_names(extra: str) -> set[str]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agents.stats import Interval
+
 pytest.importorskip("matplotlib")
 
 from agents import nav_summary, plots, study_plot  # noqa: E402
@@ -45,8 +47,13 @@ def _figures():
         "casualties": lambda: plots.casualties_figure(ONE_SCENARIO),
         "navigation": lambda: nav_summary.nav_figure(nav),
         "study": lambda: study_plot.study_figure(
-            {"ppo_state": curve, "sac_clip": curve},
-            {"oracle": ("oracle", 1.0), "constant": ("best constant (swerve_left)", 0.375), "random": ("random", 0.1)}),
+            {"ppo_state": study_plot.band([curve, curve]), "sac_clip": study_plot.band([curve])},
+            {"oracle": ("oracle", 1.0), "constant": ("best constant (swerve_left)", 0.375), "random": ("random", 0.1)},
+            {"ppo_state": (Interval(0.6, 0.55, 0.7), 2),
+             "control_steer_straight_brake": (Interval(0.43, 0.43, 0.43), 1)},
+            {"ppo_state": (np.array([0.0, 0.5, 1.0]), np.array([1.0, 1.0, 0.0]), np.array([1.0, 0.8, 0.0]),
+                           np.array([1.0, 1.0, 0.2]))},
+            "200 test layouts, 2 seeds per learner, 200 episodes per run"),
     }
 
 

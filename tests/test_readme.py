@@ -662,24 +662,40 @@ def test_comparison_table_has_every_reproducible_row_exactly_and_checks_the_mach
     assert compare.main(["--agents", *fixed, "--scenario", *args.scenario, "--seeds", *map(str, args.seeds),
                          "--episodes", str(args.episodes), "--out", str(tmp_path / "c")]) == 0
     assert len(plotted) == 1 and {r["agent"] for r in plotted[0]} == {parse_spec(a).label for a in fixed}
-    rows = {line.split(" | ")[0][2:]: line for line in (tmp_path / "c" / "summary.md").read_text().splitlines()
-            if " | all | " in line}
-    without_wall_time = lambda line: line.rsplit(" | ", 1)[0]  # noqa: E731
-    reproducible = [parse_spec(a).label for a in fixed]
-    assert [without_wall_time(rows[a]) for a in reproducible] == [without_wall_time(shown[a]) for a in reproducible]
     from agents.summary import MARKDOWN_HEADER
 
-    assert MARKDOWN_HEADER in rt.section(page)  # the table has this version's columns (outcomes first)
-    column = {name.strip(): i for i, name in enumerate(MARKDOWN_HEADER.strip("|").split("|"))}
-    cells = {a: [c.strip() for c in row.strip("|").split("|")] for a, row in shown.items()}
-    episodes = len(resolve_scenarios(args.scenario)) * len(args.seeds) * args.episodes
-    outcome, shares = column["success (outcome)"], column["L / R / brake / none"]
-    scripted_exact = "exact" in cells["oracle"][outcome]
+    def by_column(lines: list[str]) -> dict[str, dict[str, str]]:
+        """``{agent: {column: cell}}`` of the ``all`` rows of the first Markdown table in ``lines``."""
+        lines = lines[next(i for i, line in enumerate(lines) if line.startswith("|")):]
+        header = [name.strip() for name in lines[0].strip("|").split("|")]
+        table = {}
+        for line in lines[2:]:
+            if not line.startswith("|"):
+                break
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells[1] == "all":
+                table[cells[0]] = dict(zip(header, cells, strict=True))
+        return table
+
+    rows = by_column((tmp_path / "c" / "summary.md").read_text().splitlines())
+    section = rt.section(page)
+    assert MARKDOWN_HEADER in section  # every column of this version (outcomes first): a chat agent is in it
+    cells = by_column(section[section.find(rt.TABLE_INTRO):].splitlines())  # the page's table, not a later one
+    reproducible = [parse_spec(a).label for a in fixed]
+    for agent in reproducible:  # the scripted-only table's columns (no chat agent: no tool-call columns), no wall time
+        assert {k: v for k, v in rows[agent].items() if k != "ms/ep"} == {
+            k: cells[agent][k] for k in rows[agent] if k != "ms/ep"}, agent
+    assert set(cells["oracle"]) - set(rows["oracle"]) == {"tool calls/ep", "tool failures", "parse failures"}
+    scenarios = len(resolve_scenarios(args.scenario))
+    scripted_exact = "exact" in cells["oracle"]["success (outcome)"]
     note = rt.hardware_note(page)
     for agent in (a for a in kinds if a not in reproducible):
         assert f"`{agent}`" in note, f"{agent}: a machine-dependent row the page's hardware note does not name"
-        assert cells[agent][2] == str(episodes) and ("exact" in cells[agent][outcome]) == scripted_exact, agent
-        assert abs(sum(int(share.strip(" %")) for share in cells[agent][shares].split("/")) - 100) <= 2, agent
+        once = compare.is_deterministic_kind(kinds[agent])  # sb3: each fixed scenario once; chat: every episode
+        n = f"{scenarios} (deterministic)" if once else str(scenarios * len(args.seeds) * args.episodes)
+        assert cells[agent]["n"] == n and ("exact" in cells[agent]["success (outcome)"]) == scripted_exact, agent
+        shares = cells[agent]["L / R / brake / none"].split("/")
+        assert abs(sum(int(share.strip(" %")) for share in shares) - 100) <= 2, agent
     for name in rt.figures(page):
         assert (REPO / "docs" / "compare" / name).is_file()
 

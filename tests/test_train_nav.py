@@ -106,7 +106,7 @@ def test_navigation_defaults_and_the_vlm_rl_preset():
     # the trolley defaults are unchanged
     args = resolved()
     assert (args.env, args.reward_mode, args.ticks_per_action, args.scenario) == (
-        "CarlaTrolley-v0", "rubric", 10, ["trolley_micro_escape_exists"])
+        "CarlaTrolley-v0", "physical", 10, ["trolley_generated_train"])
 
 
 # -- VLM-RL's feature extractor --------------------------------------------------------------------------------

@@ -45,13 +45,14 @@ from carla_gym.sb3.evaluations import (  # noqa: E402
     read_evaluations,
 )
 
-TINY_PPO = ["--total-timesteps", "512", "--n-envs", "2", "--hp", "n_steps=64", "batch_size=32",
+ESCAPE = "trolley_micro_escape_exists"
+TINY_PPO = ["--scenario", ESCAPE, "--total-timesteps", "512", "--n-envs", "2", "--hp", "n_steps=64", "batch_size=32",
             "--eval-episodes", "5", "--eval-freq", "128", "--checkpoint-freq", "128"]
 PPO = [*TINY_PPO, "--reward-mode", "physical"]
-"""The shared PPO run's command (`ppo_run`): MlpPolicy, trained on the physical reward."""
-TINY_SAC = ["--algo", "sac", "--total-timesteps", "300", "--n-envs", "2", "--hp", "learning_starts=50",
-            "batch_size=32", "--eval-episodes", "5", "--eval-freq", "100", "--checkpoint-freq", "100"]
-ESCAPE = "trolley_micro_escape_exists"
+"""The shared PPO run's command (`ppo_run`): MlpPolicy on escape_exists, trained on the physical reward."""
+TINY_SAC = ["--scenario", ESCAPE, "--algo", "sac", "--total-timesteps", "300", "--n-envs", "2", "--hp",
+            "learning_starts=50", "batch_size=32", "--eval-episodes", "5", "--eval-freq", "100", "--checkpoint-freq",
+            "100"]
 
 
 class Crash(BaseException):
@@ -148,13 +149,13 @@ def without_times(evaluation: dict) -> dict:
             "rows": [{k: v for k, v in row.items() if k != "wall_ms"} for row in evaluation["rows"]]}
 
 
-def first_episode(model_path: Path, algo: str, policy: str) -> dict:
-    """The outcome of one deterministic evaluation episode (seed 10000) of a saved model."""
+def first_episode(model_path: Path, algo: str, policy: str, scenario: str = ESCAPE) -> dict:
+    """The outcome of one deterministic evaluation episode (seed 10000) of a saved model on ``scenario``."""
     import gymnasium as gym
     from stable_baselines3 import PPO, SAC
 
     model = (PPO if algo == "ppo" else SAC).load(model_path, device="cpu")
-    env = gym.make("CarlaTrolley-v0", action_mode="tools" if algo == "ppo" else "control",
+    env = gym.make("CarlaTrolley-v0", scenario=scenario, action_mode="tools" if algo == "ppo" else "control",
                    observation_mode="state" if policy == "MlpPolicy" else "dict")
     obs, info = env.reset(seed=10_000)
     done = False
@@ -180,9 +181,32 @@ def sac_run(tmp_path_factory) -> tuple[Path, str]:
 
 
 # -- a finished run: every output ------------------------------------------------------------------------
+def nan_for_none(row: dict) -> dict:
+    """An eval.json row with its nulls (NaN in the summary) back as NaN."""
+    return {key: math.nan if value is None else value for key, value in row.items()}
+
+
+def assert_curve_ends_at_the_final_evaluation(out: Path, row: dict, measures: dict) -> None:
+    """The last row of evaluations.csv is the final evaluation of eval.json (``row``) at the final step.
+
+    evaluations.csv holds 4 decimals: each cell equals the value rounded so, and ``wall_s`` is the training time.
+    """
+    evaluation = json.loads((out / "eval.json").read_text())
+    last = read_evaluations(out / "evaluations.csv")[-1]
+    assert last["timesteps"] == evaluation["total_timesteps"]
+    assert {column: last[column] for column in measures} == {column: float(f"{row[key]:.4f}")
+                                                              for column, key in measures.items()}
+    assert last["wall_s"] == evaluation["train_seconds"]
+
+
 @pytest.mark.parametrize("policy", ["MlpPolicy", pytest.param("MultiInputPolicy", marks=pytest.mark.slow)])
 def test_ppo_run_writes_every_output(request, tmp_path, policy):
+    from PIL import Image
+
+    from agents.scripted import CONSTANT_AGENTS
     from agents.summary import COLUMNS
+    from agents.video import replay
+    from carla_gym.sb3.evaluations import MEASURES
     from carla_gym.sim.rules import expected_casualties
     from carla_gym.sim.scenarios import resolve_scenario
 
@@ -197,24 +221,26 @@ def test_ppo_run_writes_every_output(request, tmp_path, policy):
     assert config["args"]["action_mode"] == "tools"
     assert config["hyperparameters"] == {"n_steps": 64, "batch_size": 32, "learning_rate": 3e-4, "ent_coef": 0.01,
                                          "gamma": 0.99}  # typed, the preset's with the --hp overrides
-    # the final evaluation: the policy and the oracle, 5 episodes each on seeds 10000.., in the harness's format
+    # the final evaluation: the policy, the oracle, the constant tool policies and random on seeds 10000.., in the
+    # harness's format; a deterministic agent plays the fixed scenario once (episode 0), random its 5 episodes
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["total_timesteps"] == 512 and evaluation["episodes_per_scenario"] == 5
     assert evaluation["algo"] == "ppo" and evaluation["eval_seed"] == 10
     assert (evaluation["reward_mode"], evaluation["scenario"], evaluation["eval_scenario"]) == ("physical", [ESCAPE],
                                                                                                 [ESCAPE])
     assert f"reward mode physical; evaluation on {ESCAPE}\n" in stdout  # not held out: the training scenario
-    rows = {(r["agent"], r["scenario"]): r for r in evaluation["rows"]}
-    assert list(rows) == [("ppo", ESCAPE), ("ppo", "all"), ("oracle", ESCAPE), ("oracle", "all")]
-    assert rows["oracle", ESCAPE]["mean_reward"] == 1.0 and rows["oracle", ESCAPE]["episodes"] == 5
+    agents = ["ppo", "oracle", *CONSTANT_AGENTS, "random"]
+    rows = {(r["agent"], r["scenario"]): nan_for_none(r) for r in evaluation["rows"]}
+    assert list(rows) == [(agent, scenario) for agent in agents for scenario in (ESCAPE, "all")]
     records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     assert [(r["agent"], r["seed"], r["episode"]) for r in records] == [
-        (agent, 10, i) for agent in ("ppo", "oracle") for i in range(5)]
-    # A deterministic policy on a deterministic scenario: 5 identical episodes, one action class, whose
-    # pedestrians actually hit and road departure are those of the episode replayed here; the expected hits
-    # are the catalogue's for that action.
+        (agent, 10, i) for agent in agents for i in range(5 if agent == "random" else 1)]
+    assert [rows[agent, "all"]["episodes"] for agent in agents] == [1] * (len(agents) - 1) + [5]
+    # A deterministic policy on a deterministic scenario: one exact episode, one action class, whose pedestrians
+    # actually hit and road departure are those of the episode replayed here; the expected hits are the
+    # catalogue's for that action.
     row = rows["ppo", ESCAPE]
-    assert row["episodes"] == 5 and row["replicates_identical"] is True
+    assert row["episodes"] == 1 and row["replicates_identical"] is True
     (action,) = [a for a in ("SWERVE_LEFT", "SWERVE_RIGHT", "BRAKE", "NONE") if row[f"share_{a}"] == 1.0]
     final = first_episode(out / "model.zip", "ppo", policy)
     assert action == final["trolley_action"] and row["actual_pedestrians_hit"] == final["actual_pedestrians_hit"]
@@ -224,27 +250,49 @@ def test_ppo_run_writes_every_output(request, tmp_path, policy):
     assert row["outcome_success_rate"] == float(final["outcome_success"])
     assert row["best_pedestrians_hit"] == final["best_pedestrians_hit"]
     assert (out / "eval.csv").read_text().splitlines()[0] == ",".join(COLUMNS)
-    table = (out / "eval.md").read_text()
-    assert table.startswith("| agent | scenario | n | success (outcome) | hit actual / best | off road | rubric "
-                            "reward | rubric success |") and table in stdout
-    oracle = rows["oracle", "all"]
-    assert (f"evaluation on {ESCAPE}, 5 episodes per scenario (trained with reward mode physical): success by actual "
-            f"outcome {row['outcome_success_rate']:.1%} (oracle {oracle['outcome_success_rate']:.1%}), pedestrians "
-            f"actually hit {row['actual_pedestrians_hit']:.2f} per episode (best {row['best_pedestrians_hit']:.2f}), "
-            f"road departures {row['road_departure_rate']:.1%}; upstream rubric: reward {row['mean_reward']:.3f} "
-            f"(oracle 1.000), rubric success {row['success_rate']:.1%}") in stdout
-    # the periodic evaluations
+    assert (out / "eval.md").read_text().startswith("| agent | scenario |")
+    # braking from 40 km/h stops 7.7 m short of the people 25 m ahead: the first constant that reaches the best
+    # outcome (inaction hits 2)
+    assert evaluation["best_constant"] == "brake"
+    assert rows["brake", ESCAPE]["outcome_success_rate"] == 1.0 and rows["brake", ESCAPE]["replicates_identical"]
+    assert rows["inaction", ESCAPE]["actual_pedestrians_hit"] == 2.0
+    # the printout: a short summary of the pooled rows, no per-scenario table
+    labels = {"ppo": "ppo (trained)", "oracle": "oracle (best outcome)", "brake": "best constant: brake",
+              "random": "random"}
+    lines = stdout.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("trained PPO for 512 steps in ")))
+    assert lines[start].endswith(f" s with reward mode physical; model saved to {out / 'model.zip'}")
+    assert lines[start + 1:] == [
+        f"evaluation on {ESCAPE}: 5 episodes, env seeds 10000-10004, the same for every agent:",
+        "  agent                  episodes  success by actual outcome   hit/episode  road departures",
+        *(f"  {label:<21}  {rows[agent, 'all']['episodes']:>8}  {train_sb3.success_text(rows[agent, 'all']):<26}  "
+          f"{rows[agent, 'all']['actual_pedestrians_hit']:>11.2f}  {rows[agent, 'all']['road_departure_rate']:.0%}"
+          for agent, label in labels.items()),
+        "  (fewer episodes: a deterministic agent plays a fixed scenario once, as every replay of it is the same "
+        "episode)",
+        f"files in {out}: eval.md (every measure per agent and scenario), learning_curve.png, episodes.gif (1 "
+        "evaluation episode of ppo)"]
+    assert re.search(r"^  best constant: brake +1  100% exact +0\.00  0%$", stdout, re.M)  # stops, hits nobody
+    assert re.search(r"^  random +5  ", stdout, re.M)
+    assert len(lines) - start <= 10
+    # the periodic evaluations, each after the update it follows, and last the final evaluation
     curve_rows = read_evaluations(out / "evaluations.csv")
     assert [r["timesteps"] for r in curve_rows] == [128, 256, 384, 512]
     assert list(curve_rows[0]) == list(EVAL_COLUMNS)
-    # The row at 512 is evaluated (1 episode, seed 10000) during the last rollout, with the policy of the
-    # update before it: the one checkpoint step_384 holds.
+    # The row at 384 is evaluated (1 episode, seed 10000) at the start of the rollout after the update at 384,
+    # with the policy the checkpoint step_384 holds.
     outcome = first_episode(out / "checkpoints" / "step_384" / "model.zip", "ppo", policy)
-    assert curve_rows[-1]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
-    assert curve_rows[-1]["road_departure_rate"] == float(outcome["road_departure"])
-    assert curve_rows[-1]["outcome_success_rate"] == float(outcome["outcome_success"])
-    assert curve_rows[-1]["success_rate"] == float(outcome["success"])
+    assert curve_rows[2]["mean_actual_hits"] == outcome["actual_pedestrians_hit"]
+    assert curve_rows[2]["road_departure_rate"] == float(outcome["road_departure"])
+    assert curve_rows[2]["outcome_success_rate"] == float(outcome["outcome_success"])
+    assert curve_rows[2]["success_rate"] == float(outcome["success"])
+    # the row at 512 is the final evaluation of model.zip: eval.json's numbers
+    assert_curve_ends_at_the_final_evaluation(out, rows["ppo", "all"], MEASURES)
     assert (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    # episodes.gif: the policy's evaluation episode (its only one here), every tick, front camera (320) beside
+    # bird's-eye (180)
+    with Image.open(out / "episodes.gif") as gif:
+        assert (gif.n_frames, gif.size) == (len(replay(records[0])[0]), (500, 180 + 30))
     assert list((out / "tb").rglob("events.out.tfevents.*")), "no TensorBoard log"
     assert steps_of(out) == ["step_384", "step_512"]  # --keep-checkpoints 2: the newest two (one at the end)
 
@@ -292,7 +340,9 @@ def test_resume_after_a_crash_matches_the_uninterrupted_run(request, tmp_path, a
     crashed = tmp_path / "crashed"
     crash_at([*args, "--output-dir", str(crashed)], crash_step)
     assert steps_of(crashed) == (["step_128", "step_256"] if algo == "ppo" else ["step_104", "step_200"])
-    assert len(curve(crashed)) == 3  # the rows after the last checkpoint were written before the crash
+    # PPO: the row at 384 was written at the rollout start before the crashing checkpoint; SAC crashes in the
+    # checkpoint at the end of training (304), and its periodic rows fall at the rollout starts 104 and 200
+    assert [row[0] for row in curve(crashed)] == (["128", "256", "384"] if algo == "ppo" else ["104", "200"])
     if algo == "sac":  # the filled part of the replay buffer, in the newest checkpoint only
         assert steps_of(full) == ["step_200", "step_304"]
         per_transition = 2 * 32 * 4 + 2 * 4 + 3 * 4  # obs and next obs (32 float32), action (2 float32), 3 flags
@@ -317,7 +367,9 @@ def test_resume_after_a_crash_matches_the_uninterrupted_run(request, tmp_path, a
     assert without_times(a) == without_times(b)
     records = [[{k: v for k, v in json.loads(line).items() if k != "wall_time_s"}
                 for line in (d / "eval.jsonl").read_text().splitlines()] for d in (full, crashed)]
-    assert records[0] == records[1] and len(records[0]) == 10
+    # one episode of each deterministic agent (the model, the oracle, 7 constant tool or 9 constant control
+    # policies) on the fixed scenario, and random's 5
+    assert records[0] == records[1] and len(records[0]) == (1 + 1 + 7 + 5 if algo == "ppo" else 1 + 1 + 9 + 5)
     message = refusal("--resume", str(crashed))
     assert "this run is complete" in message and "--overwrite" in message
 
@@ -477,8 +529,14 @@ def test_eval_scenario_defaults_to_the_held_out_split_and_auto_reward_mode_to_ph
     assert resolved("--scenario", "trolley_generated_train", "--reward-mode", "rubric").reward_mode == "rubric"
     told = resolved("--scenario", "trolley_generated_train", "--eval-scenario", "micro", "trolley_generated_train")
     assert told.eval_scenario == [*SUITES["micro"], "trolley_generated_train"]  # suites expand; as told
-    default = resolved()
-    assert (default.scenario, default.eval_scenario, default.reward_mode) == ([ESCAPE], [ESCAPE], "rubric")
+    default = resolved()  # the generated family on 16 batched envs, evaluated on its held-out split
+    assert (default.scenario, default.eval_scenario, default.reward_mode, default.n_envs, default.vec_env) == (
+        ["trolley_generated_train"], ["trolley_generated_test"], "physical", 16, "batched")
+    fixed = resolved("--scenario", ESCAPE)
+    assert (fixed.scenario, fixed.eval_scenario, fixed.reward_mode) == ([ESCAPE], [ESCAPE], "rubric")
+    navigation = resolved("--env", "CarlaNavigation-v0")  # navigation keeps its own defaults
+    assert (navigation.scenario, navigation.n_envs) == (["route_Town02"], 4)
+    assert resolved("--env", "CarlaNavigation-v0", "--n-envs", "16").n_envs == 16
     assert resolved("--env", "CarlaNavigation-v0").eval_scenario == []  # navigation evaluates on routes
     message = refusal("--eval-scenario", "nowhere")
     assert message.startswith("--eval-scenario: ") and "nowhere" in message and "trolley_generated_test" in message
@@ -488,8 +546,11 @@ def test_eval_scenario_defaults_to_the_held_out_split_and_auto_reward_mode_to_ph
 
 
 def test_a_run_on_the_generated_train_split_reports_the_held_out_test_split(tmp_path):
+    from agents.scripted import CONSTANT_AGENTS
+    from carla_gym.sb3.evaluations import MEASURES
+
     out = tmp_path / "run"
-    stdout = run_main("--scenario", "trolley_generated_train", "--total-timesteps", "128", "--n-envs", "2", "--hp",
+    stdout = run_main("--scenario", "trolley_generated_train", "--total-timesteps", "256", "--n-envs", "2", "--hp",
                       "n_steps=64", "batch_size=32", "--eval-episodes", "5", "--eval-freq", "128",
                       "--output-dir", str(out))
     assert "reward mode physical; evaluation on trolley_generated_test (held out from training)\n" in stdout
@@ -499,17 +560,96 @@ def test_a_run_on_the_generated_train_split_reports_the_held_out_test_split(tmp_
     evaluation = json.loads((out / "eval.json").read_text())
     assert (evaluation["reward_mode"], evaluation["scenario"], evaluation["eval_scenario"]) == (
         "physical", ["trolley_generated_train"], ["trolley_generated_test"])
-    rows = {(r["agent"], r["scenario"]): r for r in evaluation["rows"]}
-    assert list(rows) == [("ppo", "trolley_generated_test"), ("ppo", "all"), ("oracle", "trolley_generated_test"),
-                          ("oracle", "all")]
+    agents = ["ppo", "oracle", *CONSTANT_AGENTS, "random"]
+    rows = {(r["agent"], r["scenario"]): nan_for_none(r) for r in evaluation["rows"]}
+    assert list(rows) == [(agent, scenario) for agent in agents for scenario in ("trolley_generated_test", "all")]
     records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
-    assert {r["scenario"] for r in records} == {"trolley_generated_test"} and len(records) == 10
-    ppo = [r for r in records if r["agent"] == "ppo"]
-    assert rows["ppo", "all"]["outcome_success_rate"] == sum(r["outcome_success"] for r in ppo) / 5
+    assert {r["scenario"] for r in records} == {"trolley_generated_test"} and len(records) == 5 * len(agents)
+    for agent in agents:  # every agent on the same 5 held-out layouts
+        mine = [r for r in records if r["agent"] == agent]
+        assert [(r["seed"], r["episode"]) for r in mine] == [(10, i) for i in range(5)]
+        assert rows[agent, "all"]["outcome_success_rate"] == sum(r["outcome_success"] for r in mine) / 5
+        assert rows[agent, "all"]["outcome_success_rate"] <= rows["oracle", "all"]["outcome_success_rate"]
     assert rows["oracle", "all"]["outcome_success_rate"] == 1.0  # it plays a best candidate policy
-    assert f"success by actual outcome {rows['ppo', 'all']['outcome_success_rate']:.1%} (oracle 100.0%)" in stdout
-    (periodic,) = read_evaluations(out / "evaluations.csv")  # one episode of the test split, at step 128
+    best = evaluation["best_constant"]
+    assert rows[best, "all"]["outcome_success_rate"] == max(rows[a, "all"]["outcome_success_rate"]
+                                                            for a in CONSTANT_AGENTS)
+    assert best == next(a for a in CONSTANT_AGENTS  # ties: the first constant in order
+                        if rows[a, "all"]["outcome_success_rate"] == rows[best, "all"]["outcome_success_rate"])
+    assert ("evaluation on held-out trolley_generated_test: 5 episodes (a new layout each), env seeds 10000-10004, "
+            "the same for every agent:\n") in stdout
+    ppo = rows["ppo", "all"]
+    assert f"  ppo (trained)                 5  {train_sb3.success_text(ppo)}" in stdout
+    assert f"  best constant: {best}" in stdout and "\n  random " in stdout
+    # the periodic row at 128 (one episode of the test split), then the final evaluation at 256
+    periodic, final = read_evaluations(out / "evaluations.csv")
     assert periodic["timesteps"] == 128 and periodic["outcome_success_rate"] in (0.0, 1.0)
+    assert final["timesteps"] == 256
+    assert_curve_ends_at_the_final_evaluation(out, ppo, MEASURES)
+
+
+def test_the_control_baselines_are_constant_and_random_steer_and_pedal(sac_run):
+    """A SAC run's baselines: the constant [steer, pedal] policies and a seeded uniform random one."""
+    from PIL import Image
+
+    from agents.scripted import CONTROL_CONSTANT_AGENTS
+    from agents.video import replay
+    from carla_gym.sb3.evaluations import MEASURES
+    from carla_gym.sim.outcomes import CONTROL_ACTIONS
+
+    out, stdout = sac_run
+    evaluation = json.loads((out / "eval.json").read_text())
+    agents = ["sac", "oracle", *CONTROL_CONSTANT_AGENTS, "random"]
+    rows = {(r["agent"], r["scenario"]): nan_for_none(r) for r in evaluation["rows"]}
+    assert list(rows) == [(agent, scenario) for agent in agents for scenario in (ESCAPE, "all")]
+    records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    for name in CONTROL_CONSTANT_AGENTS:  # the same action at every step
+        assert {tuple(a) for r in records if r["agent"] == name for a in r["actions"]} == {CONTROL_ACTIONS[name]}
+    # holding full brake straight stops short of the people 25 m ahead, on the road; coasting straight hits them
+    assert rows["control_steer_straight_brake", "all"]["outcome_success_rate"] == 1.0
+    assert rows["control_steer_straight_coast", "all"]["outcome_success_rate"] == 0.0
+    best = evaluation["best_constant"]
+    assert best == next(a for a in CONTROL_CONSTANT_AGENTS if rows[a, "all"]["outcome_success_rate"] == 1.0)
+    assert re.search(rf"^  best constant: {best} +1  100% exact +0\.00  0%$", stdout, re.M)
+    # random: uniform in [-1, 1]^2, a different stream per episode, the same stream for the same episode
+    randoms = [r["actions"] for r in records if r["agent"] == "random"]
+    steps = np.array([a for actions in randoms for a in actions])
+    assert len(randoms) == 5 and steps.shape[1] == 2 and np.all(np.abs(steps) <= 1.0)
+    assert len({tuple(actions[0]) for actions in randoms}) == 5
+    policy = train_sb3.RandomControl()
+    policy.reset(10_000, ESCAPE)
+    assert [list(map(float, policy.act(None, {}))) for _ in randoms[0]] == randoms[0]
+    sac = [r for r in records if r["agent"] == "sac"]  # the GIF replays control actions too
+    with Image.open(out / "episodes.gif") as gif:
+        assert gif.n_frames == sum(len(replay(r)[0]) for r in sac[:3])
+    assert_curve_ends_at_the_final_evaluation(out, rows["sac", "all"], MEASURES)
+
+
+def test_a_navigation_curve_scores_each_update_and_ends_at_the_final_evaluation(tmp_path, monkeypatch):
+    """CarlaNavigation-v0: the periodic row is the checkpoint's policy, the last row eval.json's first traffic level."""
+    from stable_baselines3 import PPO
+
+    from carla_gym.sb3 import nav_eval, runs
+    from carla_gym.sb3.evaluations import NAV_MEASURES
+
+    acting = runs.acting_env_kwargs  # evaluation episodes cut at 2 s: an untrained policy would stand for 90 s
+    monkeypatch.setattr(runs, "acting_env_kwargs", lambda kwargs: {**acting(kwargs), "time_limit_s": 2.0})
+    out = tmp_path / "nav"
+    run_main("--env", "CarlaNavigation-v0", "--traffic", "0", "--total-timesteps", "128", "--n-envs", "2", "--hp",
+             "n_steps=32", "batch_size=32", "--eval-freq", "64", "--eval-routes", "1", "--eval-traffic", "20", "0",
+             "--checkpoint-freq", "64", "--output-dir", str(out))
+    periodic, final = read_evaluations(out / "evaluations.csv")
+    assert (periodic["timesteps"], final["timesteps"]) == (64, 128)
+    # the row at 64: route 0 in traffic 20 (the first --eval-traffic level) with the weights of the update at 64
+    model = PPO.load(out / "checkpoints" / "step_64" / "model.zip", device="cpu")
+    kwargs = runs.acting_env_kwargs(json.loads((out / "config.json").read_text())["env_kwargs"])
+    row = nav_eval.summarise(nav_eval.play_routes(lambda obs: model.predict(obs, deterministic=True)[0], kwargs, 20,
+                                                  routes=range(1)))
+    assert {column: periodic[column] for column in NAV_MEASURES} == {column: float(f"{row[key]:.4f}")
+                                                                     for column, key in NAV_MEASURES.items()}
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert set(evaluation["traffic"]) == {"0", "20"}
+    assert_curve_ends_at_the_final_evaluation(out, evaluation["traffic"]["20"], NAV_MEASURES)
 
 
 def test_resuming_a_run_whose_evaluations_csv_has_an_earlier_versions_header(ppo_run, tmp_path):
@@ -548,8 +688,8 @@ def test_ctrl_c_in_process_saves_a_clean_checkpoint_and_the_printed_command_fini
     with contextlib.redirect_stdout(printed):
         result = train_sb3.main([*TINY_PPO, "--total-timesteps", "1024", "--checkpoint-freq", "100000",
                                  "--output-dir", str(out)])
-    # the signal came during the evaluation at step 128 (the rollout's last): the checkpoint is taken at the next
-    # rollout's start, and training stops at that rollout's first step (2 envs)
+    # the signal came during the evaluation at step 128 (at the rollout start after the first update): the
+    # checkpoint is taken at that rollout start, after the evaluation, and training stops at its first step (2 envs)
     assert result == {"interrupted": True, "timesteps": 130}
     assert "finishing the current rollout" in printed.getvalue()
     assert (out / "checkpoints" / "latest").read_text() == "step_128" and not (out / "model.zip").exists()
@@ -564,7 +704,7 @@ def test_a_crash_in_the_final_evaluation_keeps_the_trained_model_and_resume_fini
     play_all = train_sb3.play_all
 
     def crash_in_the_final_evaluation(players, *args, **kwargs):
-        if len(players) == 2:  # the policy and the oracle: the final evaluation
+        if len(players) > 1:  # the policy and its baselines: the final evaluation
             raise Crash
         return play_all(players, *args, **kwargs)
 
@@ -577,6 +717,19 @@ def test_a_crash_in_the_final_evaluation_keeps_the_trained_model_and_resume_fini
     printed = run_main("--resume", str(out))  # evaluates without training again
     assert "(128 of 128 steps" in printed
     assert json.loads((out / "eval.json").read_text())["total_timesteps"] == 128
+    # a crash after the final row was written: the resumed run replaces that row, it does not add one
+    (out / "eval.json").unlink()
+
+    def crash(*args, **kwargs):
+        raise Crash
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_sb3, "write_summary", crash)
+        with pytest.raises(Crash), contextlib.redirect_stdout(io.StringIO()):
+            train_sb3.main(["--resume", str(out)])
+    assert [r["timesteps"] for r in read_evaluations(out / "evaluations.csv")] == [128]
+    run_main("--resume", str(out))
+    assert [r["timesteps"] for r in read_evaluations(out / "evaluations.csv")] == [128]
 
 
 @pytest.mark.slow

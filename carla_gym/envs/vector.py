@@ -67,9 +67,12 @@ LOOKAHEAD = 8
 AHEAD_BATCH = 256
 """Layouts a full draw ahead aims at (N worlds x their resets ahead; this project's choice): the top-ups of
 about half the worlds then hold enough layouts for one `carla_gym.sim.generated.draw_layouts` call to cost
-about 2.5 ms per layout against 40 ms alone (from about 64 on, benchmarks/bench_vec.py --layouts); more ahead
-only draws layouts a short run never uses. Measured N=4/64/1024 on trolley_generated_train: 633/3,971/4,949
-env-steps/s (the first reset 0.2/0.35/2.3 s)."""
+about 5 ms per layout (4.6 ms at 64 layouts a call, 5.2 at 256; 10 at 32, 18 at 16) against 40-90 ms one at a
+time (`carla_gym.sim.generated.draw_layout`); more ahead only draws layouts a short run never uses. Measured with
+``benchmarks/bench_vec.py --layouts K --repeats 3`` (medians) on a 2-core machine under a load of about 5. With
+the default ticks_per_action (10) on trolley_generated_train, N=4/64/1024 step at about 250/900-1,600/2,700-3,000
+env-steps/s, the first reset taking 0.4/1.4/7.2 s (`benchmarks/bench_vec.py`'s ``vector_steps_per_second``, 3 s
+each, the same machine)."""
 
 
 class _Departure:

@@ -1,7 +1,8 @@
 """Callbacks of ``train_sb3.py`` besides checkpoints (`carla_gym.sb3.checkpoint.CheckpointEvery`).
 
-- `EvaluateEvery`: a periodic evaluation every ``eval_freq`` env steps, logged under ``eval/*``
-  and appended to ``evaluations.csv`` (`carla_gym.sb3.evaluations`) as soon as it finishes. The
+- `EvaluateEvery`: a periodic evaluation every ``eval_freq`` env steps, between a model update and
+  the next rollout (so it scores the policy that update produced), logged under ``eval/*`` and
+  appended to ``evaluations.csv`` (`carla_gym.sb3.evaluations`) as soon as it finishes. The
   evaluation itself is a callable (``train_sb3.py`` passes one that plays the policy through
   ``agents.evaluation``), so this package does not depend on the harness.
 - `LogShaping`: the CLIP-shaped return (``rollout/ep_shaped_rew_mean``) and the CLIP similarities
@@ -43,10 +44,15 @@ class WallClock:
 
 
 class EvaluateEvery(BaseCallback):
-    """Evaluate every ``eval_freq`` env steps; log ``eval/*`` and append a row to ``evaluations.csv`` at once.
+    """Evaluate every ``eval_freq`` env steps, after the update; log ``eval/*`` and append a row to ``evaluations.csv``.
 
-    The evaluations fall on the first step at or past each multiple of ``eval_freq`` (a resumed
-    run continues the same grid).
+    An evaluation runs at the start of a rollout, which stable-baselines3 calls after the previous
+    rollout's update (PPO and SAC alike: ``learn`` alternates ``collect_rollouts``, whose first
+    callback is ``on_rollout_start``, and ``train``), so it scores the policy that update produced,
+    the one a checkpoint taken at the same step holds. The evaluations fall on the first rollout
+    start at or past each multiple of ``eval_freq`` (a resumed run continues the same grid). The
+    end of training is not evaluated here: the caller's final evaluation of the saved model is the
+    curve's last point (``train_sb3.py`` writes it with `carla_gym.sb3.evaluations.write_final_row`).
 
     Args:
         evaluate: Called with no argument; returns a summary row holding every ``measures`` key
@@ -76,13 +82,15 @@ class EvaluateEvery(BaseCallback):
     def _on_training_start(self) -> None:
         self._next = self._next_after(self.num_timesteps)
 
-    def _on_step(self) -> bool:
+    def _on_rollout_start(self) -> None:
         if self.num_timesteps >= self._next:
             self._next = self._next_after(self.num_timesteps)
             row = self.evaluate()
             for column, key in self.measures.items():
                 self.logger.record(f"eval/{column}", row[key])
             append_row(self.csv_path, self.num_timesteps, row, self.clock(), self.measures)
+
+    def _on_step(self) -> bool:
         return True
 
 

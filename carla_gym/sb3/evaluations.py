@@ -1,16 +1,18 @@
 """``evaluations.csv`` of a ``train_sb3.py`` run: the periodic evaluations, appended, trimmed on resume, read back.
 
 One row per periodic evaluation, appended as soon as it finishes (a crash keeps every finished
-row): `EVAL_COLUMNS` for `CarlaTrolley-v0` (outcomes first: success by actual outcome,
-pedestrians actually hit, road departures; then upstream's rubric reward and success, under their
-earlier names ``mean_reward`` and ``success_rate`` so that their readers keep working),
-`NAV_COLUMNS` for `CarlaNavigation-v0` (route completion, collision rate, success on VLM-RL's
-evaluation routes; `carla_gym.sb3.nav_eval`). A resumed run redoes the evaluations after its
-checkpoint, so `drop_rows_after` removes them first; an empty file (a crash right after creating
-it) counts as absent, and the next row then writes the header. A file written by an earlier
-version (`OLD_EVAL_COLUMNS`: no outcome success, the rubric columns first) is rewritten under the
-current header when the run resumes (`drop_rows_after`), the outcome success of its rows left
-empty (read back as NaN: a gap in the learning curve); `append_row` refuses any other mismatch.
+row), and a last row at the final step: the final evaluation of the saved model
+(`write_final_row`), so the learning curve ends at the result the run reports. The columns are
+`EVAL_COLUMNS` for `CarlaTrolley-v0` (outcomes first: success by actual outcome, pedestrians
+actually hit, road departures; then upstream's rubric reward and success, under their earlier
+names ``mean_reward`` and ``success_rate`` so that their readers keep working), `NAV_COLUMNS` for
+`CarlaNavigation-v0` (route completion, collision rate, success on VLM-RL's evaluation routes;
+`carla_gym.sb3.nav_eval`). A resumed run redoes the evaluations after its checkpoint, so
+`drop_rows_after` removes them first; an empty file (a crash right after creating it) counts as
+absent, and the next row then writes the header. A file written by an earlier version
+(`OLD_EVAL_COLUMNS`: no outcome success, the rubric columns first) is rewritten under the current
+header when the run resumes (`drop_rows_after`), the outcome success of its rows left empty (read
+back as NaN: a gap in the learning curve); `append_row` refuses any other mismatch.
 """
 
 from __future__ import annotations
@@ -108,6 +110,35 @@ def drop_rows_after(csv_path: str | os.PathLike, timesteps: int, columns: tuple[
     if (tuple(header), tuple(columns)) != (OLD_EVAL_COLUMNS, EVAL_COLUMNS):
         raise ValueError(f"{path} has the columns {header}, not those of this run ({list(columns)}); move it away")
     write_csv_atomic(path, columns, ([dict(zip(header, r, strict=True)).get(c, "") for c in columns] for r in kept))
+
+
+def write_final_row(csv_path: str | os.PathLike, timesteps: int, row: Mapping[str, float], wall_s: float,
+                    measures: Mapping[str, str] = MEASURES) -> None:
+    """Write the final evaluation of the saved model as the last row, at the run's final step.
+
+    A row already at (or after) ``timesteps`` is replaced (a periodic evaluation at that step, or
+    this row written before a crash and redone on resume), so the curve ends at the final result.
+
+    Args:
+        csv_path: The run's ``evaluations.csv``.
+        timesteps: Env steps trained (>= 1).
+        row: The final evaluation's summary row holding every ``measures`` key (trolley: the trained
+            agent's `agents.summary` ``all`` row; navigation: the first evaluation traffic level's
+            `carla_gym.sb3.nav_eval.summarise` row).
+        wall_s: Training wall time of the run [s].
+        measures: Column -> key in ``row``: `MEASURES` (trolley) or `NAV_MEASURES` (navigation).
+
+    Raises:
+        KeyError: ``row`` lacks a ``measures`` key.
+        ValueError: ``timesteps`` < 1, or the file has another header (see `append_row`).
+    """
+    if timesteps < 1:
+        raise ValueError(f"timesteps={timesteps!r}: must be >= 1 (the steps the model was trained)")
+    missing = [key for key in measures.values() if key not in row]
+    if missing:
+        raise KeyError(f"the final evaluation's row has no {', '.join(missing)}")
+    drop_rows_after(csv_path, timesteps - 1)
+    append_row(csv_path, timesteps, row, wall_s, measures)
 
 
 def read_evaluations(csv_path: str | os.PathLike) -> list[dict[str, float]]:

@@ -39,7 +39,16 @@ steps), no entropy bonus and a narrower initial action noise (std e^-1 = 0.37: f
 leaves the lane within a second)."""
 
 
-def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation: bool = False) -> dict:
+GENERATED_CPU_PPO = dict(n_steps=64, batch_size=256, n_epochs=10, learning_rate=1e-3, ent_coef=0.003, gamma=1.0,
+                         gae_lambda=1.0, policy_kwargs=dict(net_arch=[256, 256]))
+"""The ``cpu`` preset's PPO on the generated trolley family (this project's measurements, docs/training/sb3.md
+"Learning the generated family"): an episode is one decision that matters followed by a few that should leave
+the car alone, scored at the end, so no discount and plain Monte Carlo returns (``gamma`` = ``gae_lambda`` = 1),
+a wider network and larger batches than the single-scenario recipe, and a small entropy bonus."""
+
+
+def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation: bool = False,
+                    generated: bool = False) -> dict:
     """Keyword arguments of the SB3 algorithm for a preset.
 
     Args:
@@ -49,6 +58,8 @@ def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation:
             (`carla_gym.sb3.extractor.VLMRLExtractor` as ``policy_kwargs["features_extractor_class"]``;
             ``train_sb3.py`` asks for it on `CarlaNavigation-v0`'s Dict observations). Ignored by ``cpu``.
         navigation: For `CarlaNavigation-v0`: the ``cpu`` preset's PPO is `NAV_CPU_PPO`.
+        generated: Every training scenario is of the generated trolley family: the ``cpu`` preset's PPO is
+            `GENERATED_CPU_PPO`.
 
     Raises:
         ValueError: Unknown preset or algorithm.
@@ -64,6 +75,8 @@ def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation:
     if preset == "cpu":
         if algo == "ppo" and navigation:
             return {**NAV_CPU_PPO, "policy_kwargs": dict(NAV_CPU_PPO["policy_kwargs"])}
+        if algo == "ppo" and generated:
+            return {**GENERATED_CPU_PPO, "policy_kwargs": dict(GENERATED_CPU_PPO["policy_kwargs"])}
         if algo == "ppo":
             return dict(n_steps=128, batch_size=64, learning_rate=3e-4, ent_coef=0.01, gamma=0.99)
         return dict(buffer_size=50_000, learning_starts=500, batch_size=256, train_freq=4, gradient_steps=2,
@@ -89,6 +102,9 @@ DEFAULT_TIMESTEPS = {("cpu", "ppo"): 20_480, ("cpu", "sac"): 10_000, ("vlm-rl", 
 """Default training length per (preset, algorithm) [env steps]; VLM-RL trains 1M steps."""
 NAV_DEFAULT_TIMESTEPS = {("cpu", "ppo"): 100_000}
 """`CarlaNavigation-v0` defaults that differ from `DEFAULT_TIMESTEPS` (the CPU recipe's length, docs/performance.md)."""
+GENERATED_DEFAULT_TIMESTEPS = {("cpu", "ppo"): 81_920}
+"""Defaults on the generated trolley family that differ from `DEFAULT_TIMESTEPS`: `GENERATED_CPU_PPO` for about
+two minutes on 2 CPU cores with 16 batched envs (80 rollouts of 1,024 steps; docs/training/sb3.md)."""
 
 
 def replay_buffer_bytes(buffer_size: int, observation_nbytes: int, action_nbytes: int = 8) -> int:

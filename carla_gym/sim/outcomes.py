@@ -1,9 +1,11 @@
 """Simulated outcomes of the candidate policies, the best outcome and the policies that reach it.
 
-The best action of a scenario is not read from a data table: every candidate policy (a fixed
-tool choice) is rolled out in the simulator itself (`carla_gym.sim.world.World` driven by the
-decision loop `carla_gym.sim.decision.decide`, at `DECISION_TICKS` ticks per decision, as
-`CarlaTrolley-v0` plays by default) and their actual outcomes are compared:
+The best action of a scenario is not read from a data table: every candidate policy is rolled out
+in the simulator itself (`carla_gym.sim.world.World` driven by the decision loop
+`carla_gym.sim.decision.decide`, at `DECISION_TICKS` ticks per decision, as `CarlaTrolley-v0`
+plays by default) and their actual outcomes are compared. The candidates are the constant policies
+of both action modes of `CarlaTrolley-v0` (`CANDIDATES`: `POLICIES` then `CONTROL_POLICIES`, the
+oracle's order of preference among ties). The tool policies (``action_mode="tools"``):
 
 | Policy | Tool at the first decision | Later decisions |
 |---|---|---|
@@ -13,23 +15,29 @@ decision loop `carla_gym.sim.decision.decide`, at `DECISION_TICKS` ticks per dec
 | ``emergency_stop_every`` | ``emergency_stop`` | ``emergency_stop`` |
 | ``lane_change_left_every`` / ``lane_change_right_every`` | ``lane_change`` left / right | the same again |
 
+The control policies (``action_mode="control"``) apply one action ``[steer, throttle_or_brake]``
+at every decision, as upstream's ``control`` call (`CONTROL_ACTIONS`): ``control_steer_<side>_<pedal>``
+with side ``left`` (steer -1), ``straight`` (0) or ``right`` (+1) and pedal ``brake`` (-1: brake 1),
+``coast`` (0: neither) or ``throttle`` (+1: throttle 1).
+
 An `Outcome` is ``(pedestrians_hit, road_departure)``; outcomes compare lexicographically (fewest
 pedestrians actually hit first, then staying on the road: False < True), and the best outcome is
-the least over the policies (this project's definition). `outcome_success` holds an
-episode's actual outcome against it. Many scenarios are rolled out together as rows of one array
-state (`rollouts`, `policy_outcomes_many`; the same outcomes, far cheaper per scenario). Results are
-cached: generated scenarios by their layout, the fixed ones by every field that shapes their
-episodes (name, speed, road, pedestrians, horizon).
+the least over every candidate of both modes (this project's definition), so no constant policy of
+either mode does better than it. `outcome_success` holds an episode's actual outcome against it.
+Many scenarios are rolled out together as rows of one array state (`rollouts`,
+`policy_outcomes_many`; the same outcomes, far cheaper per scenario). Results are cached:
+generated scenarios by their layout, the fixed ones by every field that shapes their episodes
+(name, speed, road, pedestrians, horizon).
 
 Examples:
     >>> from carla_gym.sim import resolve_scenario
     >>> spec = resolve_scenario("trolley_micro_escape_exists")
     >>> best_outcome(spec)  # braking from 40 km/h stops within 25 m too, which upstream's rubric scores 0
     Outcome(pedestrians_hit=0, road_departure=False)
-    >>> best_policies(spec)
+    >>> best_policies(spec)[:3]
     ('emergency_stop', 'lane_change_left', 'emergency_stop_every')
-    >>> policy_outcomes(spec)["observe"]
-    Outcome(pedestrians_hit=2, road_departure=False)
+    >>> policy_outcomes(spec)["observe"], policy_outcomes(spec)["control_steer_left_throttle"]
+    (Outcome(pedestrians_hit=2, road_departure=False), Outcome(pedestrians_hit=0, road_departure=True))
 """
 
 from __future__ import annotations
@@ -53,12 +61,35 @@ DECISION_TICKS = 10
 
 POLICIES = ("observe", "emergency_stop", "lane_change_left", "lane_change_right", "emergency_stop_every",
             "lane_change_left_every", "lane_change_right_every")
-"""The candidate policies (fixed tool choices), in the oracle's order of preference among ties."""
+"""The candidate policies of the tool action mode (fixed tool choices), in the oracle's order of preference among
+ties; they come before every control policy (`CANDIDATES`)."""
 
 SINGLE_DECISION = POLICIES[:4]
 """The single-decision policies (one tool at the first decision, then ``observe``): the representatives of the
 trolley action classes. The generated family keeps only layouts where one of them reaches the best outcome
 (`single_decision_suffices`)."""
+
+STEERS = MappingProxyType({"left": -1.0, "straight": 0.0, "right": 1.0})
+"""Steer of the control policies by side (full lock either way, or none; negative is left, as CARLA's)."""
+
+PEDALS = MappingProxyType({"brake": -1.0, "coast": 0.0, "throttle": 1.0})
+"""``throttle_or_brake`` of the control policies by pedal: full brake, neither, full throttle (VLM-RL's entry)."""
+
+CONTROL_ACTIONS = MappingProxyType({f"control_steer_{side}_{pedal}": (steer, value)
+                                    for side, steer in STEERS.items() for pedal, value in PEDALS.items()})
+"""Control policy -> the ``[steer, throttle_or_brake]`` action (floats in [-1, 1]) it applies at every decision:
+the corners and edge midpoints of `CarlaTrolley-v0`'s control Box that hold the wheel or a pedal at full or at
+rest (this project's choice)."""
+
+CONTROL_POLICIES = tuple(CONTROL_ACTIONS)
+"""The candidate policies of the control action mode, in the oracle's order of preference among ties: steer left,
+straight, right, each with brake, coast, throttle."""
+
+CANDIDATES = POLICIES + CONTROL_POLICIES
+"""Every candidate policy, in the oracle's order of preference among ties: the tool policies first."""
+
+MODE_POLICIES = MappingProxyType({"tools": POLICIES, "control": CONTROL_POLICIES})
+"""The candidate policies of each ``action_mode`` of `CarlaTrolley-v0`."""
 
 REPRESENTATIVE = MappingProxyType({"NONE": "observe", "BRAKE": "emergency_stop", "SWERVE_LEFT": "lane_change_left",
                                    "SWERVE_RIGHT": "lane_change_right"})
@@ -69,15 +100,20 @@ _CALLS = MappingProxyType({
     "emergency_stop": ToolCall("emergency_stop"),
     "lane_change_left": ToolCall("lane_change", lane_direction="left"),
     "lane_change_right": ToolCall("lane_change", lane_direction="right"),
+    **{name: ToolCall("control", throttle=float(np.maximum(pedal, 0.0)), brake=float(np.maximum(-pedal, 0.0)),
+                      steer=steer)
+       for name, (steer, pedal) in CONTROL_ACTIONS.items()},
 })
+"""The call of each tool, and the one call of each control policy (`carla_gym.envs.action.ControlAction`'s split
+of the pedal: its positive part is the throttle, its negative part negated the brake)."""
 
-_BRAKING = ("emergency_stop", "emergency_stop_every")
-"""Policies that hold the brake from the first decision on: once stopped, the car stays put."""
+_BRAKING = ("emergency_stop", "emergency_stop_every", *(p for p in CONTROL_POLICIES if p.endswith("_brake")))
+"""Policies that hold the full brake from the first decision on: once stopped, the car stays put."""
 
-ARRAYS_FROM = 2
-"""`rollouts` of this many specs or more run as rows of one array state; fewer, in Worlds (numpy's cost per call
-makes the 7 rows of one spec as slow as 7 Worlds; two specs in arrays are already faster: measured with
-``benchmarks/bench_vec.py --layouts``)."""
+ARRAYS_FROM = 1
+"""`rollouts` of this many specs or more run as rows of one array state; fewer, in Worlds. The 16 rows of one
+generated layout already cost about half of 16 Worlds (measured: 17 against 34 ms per layout on one core; the short
+episodes of the fixed scenarios cost 4-7 ms either way, and are cached)."""
 
 CACHE_SIZE = 65_536
 """Scenarios whose outcomes are kept (then the cache starts again; this project's bound)."""
@@ -96,15 +132,29 @@ class Outcome(NamedTuple):
 
 
 def policy_call(policy: str, decision: int) -> ToolCall:
-    """The tool call of ``policy`` at decision number ``decision`` (0 first).
+    """The call of ``policy`` at decision number ``decision`` (0 first): a tool, or a control policy's ``control``.
 
     Raises:
-        ValueError: ``policy`` is not one of `POLICIES`.
+        ValueError: ``policy`` is not one of `CANDIDATES`.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy={policy!r}: choose one of {POLICIES}")
+    if policy not in CANDIDATES:
+        raise ValueError(f"policy={policy!r}: choose one of {CANDIDATES}")
+    if policy in CONTROL_ACTIONS:
+        return _CALLS[policy]
     tool = policy.removesuffix("_every")
     return _CALLS[tool] if decision == 0 or policy.endswith("_every") else _CALLS["observe"]
+
+
+def action_mode(policy: str) -> str:
+    """The ``action_mode`` of `CarlaTrolley-v0` that plays ``policy``: ``"tools"`` or ``"control"``.
+
+    Raises:
+        ValueError: ``policy`` is not one of `CANDIDATES`.
+    """
+    for mode, policies in MODE_POLICIES.items():
+        if policy in policies:
+            return mode
+    raise ValueError(f"policy={policy!r}: choose one of {CANDIDATES}")
 
 
 def rollout(spec: ScenarioSpec, policy: str) -> Outcome:
@@ -120,13 +170,13 @@ def rollout(spec: ScenarioSpec, policy: str) -> Outcome:
 
 
 def rollouts(specs: Sequence[ScenarioSpec]) -> list[dict[str, Outcome]]:
-    """`rollout` of every policy on every spec, all as rows of one array state (not cached; the same outcomes).
+    """`rollout` of every candidate on every spec, all as rows of one array state (not cached; the same outcomes).
 
-    Below `ARRAYS_FROM` specs each policy runs in its own `World` (`rollout`). Otherwise the 7 policies
-    of each spec are rows of one `carla_gym.sim.physics.TrolleyState` of arrays
+    Below `ARRAYS_FROM` specs each candidate runs in its own `World` (`rollout`). Otherwise the 16 candidates
+    (`CANDIDATES`) of each spec are rows of one `carla_gym.sim.physics.TrolleyState` of arrays
     (`carla_gym.sim.batch.stack_states`), stepped together by the functions a `World` runs
     (``m=NUMPY``: each row computes the bits of its own world, tests/test_batch.py). A row's outcome
-    is read where `rollout` reads it: at the tick its episode ends, or after a braking policy's
+    is read where `rollout` reads it: at the tick its episode ends, or after a full-braking policy's
     decision that leaves the car stopped. Finished rows are dropped once they are half of those left
     (until then they run on unread: cheaper than copying the arrays at every end).
 
@@ -134,16 +184,16 @@ def rollouts(specs: Sequence[ScenarioSpec]) -> list[dict[str, Outcome]]:
         specs: The scenarios (any family).
 
     Returns:
-        One dict policy -> `Outcome` per spec, in `POLICIES` order.
+        One dict policy -> `Outcome` per spec, in `CANDIDATES` order.
     """
     if len(specs) < ARRAYS_FROM:
-        return [{p: rollout(spec, p) for p in POLICIES} for spec in specs]
-    states = [physics.initial_state(spec, scored=False) for spec in specs for _ in POLICIES]
+        return [{p: rollout(spec, p) for p in CANDIDATES} for spec in specs]
+    states = [physics.initial_state(spec, scored=False) for spec in specs for _ in CANDIDATES]
     s = stack_states(states, max(1, max(state.walker_count for state in states)))
     n = len(states)
-    policy = np.tile(np.arange(len(POLICIES)), len(specs))
-    braking = np.isin(policy, [POLICIES.index(p) for p in _BRAKING])
-    calls = [np.array([call_inputs(policy_call(p, decision)) for p in POLICIES], dtype=np.float64)[policy]
+    policy = np.tile(np.arange(len(CANDIDATES)), len(specs))
+    braking = np.isin(policy, [CANDIDATES.index(p) for p in _BRAKING])
+    calls = [np.array([call_inputs(policy_call(p, decision)) for p in CANDIDATES], dtype=np.float64)[policy]
              for decision in (0, 1)]
     hits, departed = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
     rows = np.arange(n)  # the original row of each row of ``s``
@@ -167,8 +217,8 @@ def rollouts(specs: Sequence[ScenarioSpec]) -> list[dict[str, Outcome]]:
             _close(s, stopped, rows, running, hits, departed)
         if np.count_nonzero(running) <= len(rows) // 2:
             s, rows, running = take_rows(s, np.flatnonzero(running)), rows[running], running[running]
-    width = len(POLICIES)
-    return [{p: Outcome(int(hits[k * width + i]), bool(departed[k * width + i])) for i, p in enumerate(POLICIES)}
+    width = len(CANDIDATES)
+    return [{p: Outcome(int(hits[k * width + i]), bool(departed[k * width + i])) for i, p in enumerate(CANDIDATES)}
             for k in range(len(specs))]
 
 
@@ -193,7 +243,7 @@ def policy_outcomes(spec: ScenarioSpec) -> MappingProxyType:
     """The simulated outcome of every candidate policy on ``spec`` (cached).
 
     Returns:
-        A read-only mapping policy -> `Outcome`, in `POLICIES` order.
+        A read-only mapping policy -> `Outcome`, in `CANDIDATES` order.
     """
     return policy_outcomes_many([spec])[0]
 
@@ -201,7 +251,7 @@ def policy_outcomes(spec: ScenarioSpec) -> MappingProxyType:
 def policy_outcomes_many(specs: Sequence[ScenarioSpec]) -> list[MappingProxyType]:
     """`policy_outcomes` of many scenarios: those not cached yet are rolled out together (`rollouts`).
 
-    One array state for all of them costs about what the 7 rows of one scenario cost (numpy's cost
+    One array state for all of them costs about what the 16 rows of one scenario cost (numpy's cost
     per call dominates small arrays): `carla_gym.sim.generated.draw_layouts` and the vector env draw
     their layouts through this.
 
@@ -221,12 +271,12 @@ def policy_outcomes_many(specs: Sequence[ScenarioSpec]) -> list[MappingProxyType
 
 
 def best_outcome(spec: ScenarioSpec) -> Outcome:
-    """The least `Outcome` over the candidate policies: fewest pedestrians hit, then staying on the road."""
+    """The least `Outcome` over every candidate of both modes (`CANDIDATES`): fewest hit, then staying on the road."""
     return min(policy_outcomes(spec).values())
 
 
 def best_policies(spec: ScenarioSpec) -> tuple[str, ...]:
-    """The candidate policies that reach `best_outcome`, in `POLICIES` order (the oracle plays the first)."""
+    """The candidate policies that reach `best_outcome`, in `CANDIDATES` order (the oracle plays the first)."""
     outcomes = policy_outcomes(spec)
     best = min(outcomes.values())
     return tuple(p for p, o in outcomes.items() if o == best)
@@ -235,8 +285,9 @@ def best_policies(spec: ScenarioSpec) -> tuple[str, ...]:
 def single_decision_suffices(outcomes: Mapping[str, Outcome]) -> bool:
     """Whether a single-decision policy (`SINGLE_DECISION`) reaches the least of ``outcomes`` (policy -> `Outcome`).
 
-    Where none does, only a ``*_every`` policy is best: repeated lane changes that leave the road
-    (the generated family rejects such layouts).
+    Where none does, only a ``*_every`` or a control policy is best: repeated lane changes or a
+    steer held that leaves the road (the generated family rejects such layouts, so the tool action
+    mode can reach the best outcome with one decision in every layout).
     """
     return min(outcomes[p] for p in SINGLE_DECISION) == min(outcomes.values())
 
@@ -252,6 +303,7 @@ def outcome_success(actual_hits: int, road_departure: bool, best: Outcome) -> bo
     return (int(actual_hits), bool(road_departure)) <= tuple(best)
 
 
-__all__ = ["DECISION_TICKS", "POLICIES", "REPRESENTATIVE", "SINGLE_DECISION", "Outcome", "best_outcome",
+__all__ = ["CANDIDATES", "CONTROL_ACTIONS", "CONTROL_POLICIES", "DECISION_TICKS", "MODE_POLICIES", "PEDALS",
+           "POLICIES", "REPRESENTATIVE", "SINGLE_DECISION", "STEERS", "Outcome", "action_mode", "best_outcome",
            "best_policies", "best_single_outcome", "outcome_success", "policy_call", "policy_outcomes",
            "policy_outcomes_many", "rollout", "rollouts", "single_decision_suffices"]
