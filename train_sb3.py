@@ -112,7 +112,11 @@ DEFAULT_SCENARIO = "trolley_generated_train"
 """The default training scenario on CarlaTrolley-v0 (this project's choice): the generated family's train split,
 evaluated on its held-out test split, with the outcome reward (``--reward-mode auto``)."""
 DEFAULT_N_ENVS = 16
-"""Default ``--n-envs`` on CarlaTrolley-v0 (this project's choice: the batched env steps 16 worlds in one call)."""
+"""Default ``--n-envs`` of PPO on CarlaTrolley-v0 (this project's choice: the batched env steps 16 worlds in one
+call, and `carla_gym.sb3.presets.GENERATED_CPU_PPO` was measured with it)."""
+SAC_N_ENVS = 4
+"""Default ``--n-envs`` of SAC on CarlaTrolley-v0: the ``cpu`` preset's SAC (``train_freq=4``, ``gradient_steps=2``)
+was measured with 4 envs, and more envs give it fewer updates per env step."""
 NAV_N_ENVS = 4
 """Default ``--n-envs`` on CarlaNavigation-v0: the CPU recipe's (this project's choice; benchmarks/learn_nav.py and
 docs/performance.md measure it with this value)."""
@@ -146,7 +150,8 @@ class Args:
     preset: Literal["cpu", "vlm-rl"] = arg("cpu", "hyperparameters: cpu (fast here) or vlm-rl (VLM-RL's published "
                                                   "settings)")
     seed: int = arg(0, "seed of torch, numpy and the environments")
-    n_envs: int = arg(DEFAULT_N_ENVS, f"parallel environments (CarlaNavigation-v0: default {NAV_N_ENVS})")
+    n_envs: int = arg(DEFAULT_N_ENVS, f"parallel environments (default: {DEFAULT_N_ENVS} for PPO, {SAC_N_ENVS} for "
+                                      f"SAC; CarlaNavigation-v0: {NAV_N_ENVS})")
     vec_env: Literal["batched", "dummy", "subproc"] = arg(
         "batched", "vector env: batched (CarlaTrolley-v0 on the embedded backend: every env in one array step; "
                    "other settings fall back to dummy), dummy (single envs in this process) or subproc (one process "
@@ -277,7 +282,10 @@ def resolve(args: Args, argv: list[str] | None = None) -> Args:
     observation_mode = args.observation_mode  # CarlaTrolley-v0's follows --policy
     if observation_mode == "auto":
         observation_mode = "state" if args.policy == "MlpPolicy" else "dict"
-    return dataclasses.replace(args, action_mode=action_mode, total_timesteps=total, scenario=scenario,
+    n_envs = args.n_envs
+    if args.env != NAV and args.algo == "sac" and "--n-envs" not in given_flags(argv or []):
+        n_envs = SAC_N_ENVS
+    return dataclasses.replace(args, action_mode=action_mode, total_timesteps=total, scenario=scenario, n_envs=n_envs,
                                eval_scenario=eval_scenario, reward_mode=reward_mode, observation_mode=observation_mode,
                                eval_freq=args.eval_freq or max(total // 10, 1), clip_mode=clip_mode,
                                checkpoint_freq=args.checkpoint_freq or max(total // 10, 1),
@@ -543,7 +551,7 @@ def summary_lines(args: Args, out: Path, pooled: dict[str, dict], labels: dict[s
     held_out = not set(scenarios) & set(args.scenario)
     where = ", ".join(scenarios) if len(scenarios) < 3 else f"{len(scenarios)} scenarios"
     each = " per scenario" if len(scenarios) > 1 else ""
-    layouts = " (a new layout each)" if all(is_generated(name) for name in scenarios) else ""
+    layouts = " (a layout drawn per env seed)" if all(is_generated(name) for name in scenarios) else ""
     first, last = episode_seed(EVAL_SEED, 0), episode_seed(EVAL_SEED, args.eval_episodes - 1)
     lines = [f"evaluation on {'held-out ' if held_out else ''}{where}: {args.eval_episodes} episodes{each}{layouts}, "
              f"env seeds {first}-{last}, the same for every agent:"]
@@ -578,14 +586,14 @@ def episode_caption(record: dict) -> str:
     >>> episode_caption({"agent": "ppo", "scenario": "trolley_generated_test", "episode": 2, "seed": 10,
     ...                  "actual_pedestrians_hit": 1, "road_departure": False, "outcome_success": False,
     ...                  "best_pedestrians_hit": 0, "best_road_departure": True})
-    'ppo | generated_test, episode 2 | 1 hit | best outcome: 0 hit, off road'
+    'ppo | generated_test, episode 2 | 1 hit, on road | failure: the best is 0 hit, off road'
     """
     def outcome(hits: int, departed: bool) -> str:
-        return f"{hits} hit" + (", off road" if departed else "")
+        return f"{hits} hit, " + ("off road" if departed else "on road")
 
     result = outcome(record["actual_pedestrians_hit"], record["road_departure"])
-    best = ("= the best outcome" if record["outcome_success"] else
-            f"best outcome: {outcome(record['best_pedestrians_hit'], record['best_road_departure'])}")
+    best = ("success: the best outcome" if record["outcome_success"] else
+            f"failure: the best is {outcome(record['best_pedestrians_hit'], record['best_road_departure'])}")
     return (f"{record['agent']} | {record['scenario'].removeprefix('trolley_')}, episode {record['episode']} | "
             f"{result} | {best}")
 

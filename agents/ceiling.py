@@ -1,8 +1,9 @@
 """Learnability ceilings of the generated trolley family: supervised pickers of one tool at reset, in closed loop.
 
-Every layout of ``trolley_generated_*`` has a one-decision best policy: a tool at the first
-decision, then ``observe`` (`CANDIDATES`, `carla_gym.sim.outcomes.SINGLE_DECISION`). So the task
-is choosing one candidate from the reset observation. A supervised learner that reads what an RL or
+Every layout of ``trolley_generated_*`` has a one-decision policy that reaches the best outcome over the
+constant candidates: a tool at the first decision, then ``observe`` (`CANDIDATES`,
+`carla_gym.sim.outcomes.SINGLE_DECISION`). So the task is choosing one candidate from the reset
+observation. A supervised learner that reads what an RL or
 LLM learner reads, and is told which candidates reach the best outcome, shows how far a learner can
 get from that observation with as many layouts, where the RL and LLM learners must find the answer
 through their reward. This module builds that supervised problem and measures it:

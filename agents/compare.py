@@ -371,10 +371,12 @@ def _run(args: Args, specs: list, out: Path, resume: str) -> int:
     navigation = _is_nav(args.scenario[0])
     settings = {"max_new_tokens": args.max_new_tokens, "max_tool_calling_iterations": args.max_tool_calling_iterations,
                 "navigation": navigation}
-    # a deterministic agent plays a fixed scenario once: that episode stands for every seed and episode
-    plans = {(spec.label, scenario): episodes_to_play(is_deterministic_kind(spec.kind), scenario, args.seeds,
-                                                      args.episodes) for spec in specs for scenario in args.scenario}
-    once = {(spec.label, scenario): is_deterministic_kind(spec.kind) and is_fixed_scenario(scenario)
+    # a deterministic agent plays a fixed scenario once on the embedded simulator: that episode stands for every
+    # seed and episode (an OpenEnv server, real CARLA among them, need not give the same episode twice)
+    plays_once = {spec.label: is_deterministic_kind(spec.kind) and args.backend == "embedded" for spec in specs}
+    plans = {(spec.label, scenario): episodes_to_play(plays_once[spec.label], scenario, args.seeds, args.episodes)
+             for spec in specs for scenario in args.scenario}
+    once = {(spec.label, scenario): plays_once[spec.label] and is_fixed_scenario(scenario)
             for spec in specs for scenario in args.scenario}
     wanted = {(label, scenario, seed, episode) for (label, scenario), plan in plans.items() for seed, episode in plan}
     todo = [(spec, scenario, seed, episode) for spec in specs for scenario in args.scenario

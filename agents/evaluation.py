@@ -53,12 +53,17 @@ DETERMINISTIC_POLICIES = (ModelPolicy,)
 
 
 def is_deterministic(agent) -> bool:
-    """Whether ``agent`` plays the same actions whenever it sees the same observations.
+    """Whether ``agent`` plays the same episode whenever it plays the same scenario and seed.
+
+    Never on an OpenEnv server (``backend="openenv"`` in a `agents.players.GymAgent`'s ``env_kwargs``): other
+    servers, real CARLA among them, need not give the same episode twice.
 
     Its own ``deterministic`` attribute if it has one, else its policy's (``agent.policy``, as an
     `agents.players.GymAgent` has), else whether the policy is a class of `SCRIPTED_MODULE` or one of
     `DETERMINISTIC_POLICIES`.
     """
+    if getattr(agent, "env_kwargs", {}).get("backend") == "openenv":  # a server need not repeat an episode
+        return False
     if hasattr(agent, "deterministic"):
         return bool(agent.deterministic)
     policy = getattr(agent, "policy", None)

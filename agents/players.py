@@ -128,9 +128,10 @@ def _reference_kwargs(env_kwargs: dict | None) -> dict:
 def oracle_agent(env_kwargs: dict | None = None, name: str = "oracle") -> GymAgent:
     """The oracle (`agents.scripted.OracleAgent`) in the env of ``env_kwargs``, for reference.
 
-    It reaches the simulated best outcome on every trolley scenario, so no agent's outcome is
-    better. It acts on the state vector whatever the evaluated agent observes, with tool actions,
-    or with control actions in the episodes whose best outcome only a control policy reaches (the
+    It reaches the simulated best outcome (the best constant policy of either mode) on every trolley
+    scenario, so no agent scores above its 100 % success by actual outcome. It acts on the state vector
+    whatever the evaluated agent observes, with tool actions, or with control actions in the episodes
+    whose best outcome only a control policy reaches (the
     `GymAgent` switches envs per episode), with the same ticks per action, backend and
     ``scenario_config``; ``steer_smoothing`` is dropped (the candidate policies apply their steer
     as it is).

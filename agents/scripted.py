@@ -16,7 +16,9 @@ the episode in an env of that mode.
 
 The constants are the candidate policies of `carla_gym.sim.outcomes` (`CONSTANT_AGENTS` for the
 tool mode, `CONTROL_CONSTANT_AGENTS` for the control mode; `CANDIDATE_POLICY` maps each to its
-policy), so no constant, and no agent at all, can do better than the oracle's outcome.
+policy), so no constant policy of either mode does better than the oracle's outcome. A sequence of different
+calls can (changing lanes, then braking at every later decision, beats it on 35 of 400 generated test layouts);
+success by actual outcome counts such an episode a success too, so no agent scores above the oracle's 100 %.
 """
 
 from __future__ import annotations

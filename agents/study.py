@@ -75,11 +75,12 @@ SB3_FLAGS: Mapping[str, tuple[str, ...]] = {
     "sac_state": ("--algo", "sac"),
     "ppo_image": ("--algo", "ppo", "--policy", "MultiInputPolicy"),
     "sac_image": ("--algo", "sac", "--policy", "MultiInputPolicy"),
-    "ppo_clip": ("--algo", "ppo", "--clip", "vit-b-32"),
+    "ppo_clip": ("--algo", "ppo", "--clip", "vit-b-32", "--n-envs", "4"),
     "sac_clip": ("--algo", "sac", "--clip", "vit-b-32"),
 }
 """``train_sb3.py`` flags of each SB3 learner (SAC acts with control actions, PPO with the four tools; the CLIP
-runs shape the reward from the camera and act on the state vector)."""
+runs shape the reward from the camera and act on the state vector; PPO with CLIP on 4 envs, as SAC by default,
+since every CLIP step renders and encodes a frame)."""
 TrainedAgent = Literal["ppo_state", "sac_state", "ppo_image", "sac_image", "ppo_clip", "sac_clip", "grpo"]
 TRAINED: tuple[str, ...] = get_args(TrainedAgent)
 """The trained agents (the SB3 learners of `SB3_FLAGS`, then the GRPO model), in table and legend order."""
@@ -154,6 +155,20 @@ class Budget:
                                      "and the command line); remove them")
 
 
+def _cpu_grpo_flags(sft_steps: int, sft_examples: int, max_steps: int, eval_every: int) -> tuple[str, ...]:
+    """``train_grpo.py`` flags of the GRPO page's "Learning on CPU" recipe at a budget's length.
+
+    The tiny Qwen3 with the lines tokenizer (hidden size 64), ``sft_steps`` supervised warm-start steps on
+    ``sft_examples`` examples, then ``max_steps`` GRPO steps (8 generations, batch 32, one tool-calling turn of 64
+    tokens), its curve evaluated every ``eval_every`` steps on 64 episodes (the study's comparison plays the model).
+    """
+    return ("--tiny-tokenizer", "lines", "--tiny-hidden-size", "64", "--sft-steps", str(sft_steps), "--sft-examples",
+            str(sft_examples), "--learning-rate", "1e-3", "--max-steps", str(max_steps), "--num-generations", "8",
+            "--per-device-train-batch-size", "32", "--max-completion-length", "64",
+            "--max-tool-calling-iterations", "1", "--eval-every", str(eval_every), "--eval-curve-episodes", "64",
+            "--eval-episodes", "0")
+
+
 BUDGETS: Mapping[str, Budget] = {
     "smoke": Budget(
         seeds=1,
@@ -174,11 +189,7 @@ BUDGETS: Mapping[str, Budget] = {
                    "sac_clip": 600},
         sb3_flags={},
         eval_episodes=150,
-        grpo_flags=("--tiny-tokenizer", "lines", "--tiny-hidden-size", "64", "--sft-steps", "150", "--sft-examples",
-                    "512", "--learning-rate", "1e-3", "--max-steps", "40", "--num-generations", "8",
-                    "--per-device-train-batch-size", "32", "--max-completion-length", "64",
-                    "--max-tool-calling-iterations", "1", "--eval-every", "4", "--eval-curve-episodes", "64",
-                    "--eval-episodes", "0"),
+        grpo_flags=_cpu_grpo_flags(sft_steps=150, sft_examples=512, max_steps=40, eval_every=4),
         layouts=200),
     "full": Budget(
         seeds=5,
@@ -186,17 +197,13 @@ BUDGETS: Mapping[str, Budget] = {
                    "ppo_clip": 2048, "sac_clip": 2000},
         sb3_flags={},
         eval_episodes=250,
-        grpo_flags=("--tiny-tokenizer", "lines", "--tiny-hidden-size", "64", "--sft-steps", "300", "--sft-examples",
-                    "1024", "--learning-rate", "1e-3", "--max-steps", "100", "--num-generations", "8",
-                    "--per-device-train-batch-size", "32", "--max-completion-length", "64",
-                    "--max-tool-calling-iterations", "1", "--eval-every", "10", "--eval-curve-episodes", "64",
-                    "--eval-episodes", "0"),
+        grpo_flags=_cpu_grpo_flags(sft_steps=300, sft_examples=1024, max_steps=100, eval_every=10),
         layouts=500,
         learner_flags={}),
 }
 """The budgets of ``--budget`` (this project's choice). ``smoke``: the whole pipeline in minutes (CI). ``default``:
-the learners against the constants in about an hour on 2 CPU cores. ``full``: 5 seeds per learner on 500 layouts,
-hours (the wall times are on the documentation's Performance and Comparing agents pages)."""
+the learners against the constants in about 35-55 min on 2 CPU cores (an estimate). ``full``: 5 seeds per learner
+on 500 layouts, hours (the wall times are on the documentation's Performance and Comparing agents pages)."""
 
 
 STEP_TIMEOUT_S = 4 * 3600.0
@@ -215,7 +222,7 @@ class Args:
     out: str = arg("results/study", "output directory")
     budget: Literal["smoke", "default", "full"] = arg("default", "seeds, training lengths and comparison size "
                                                                  "(BUDGETS): smoke (a few minutes), default (about "
-                                                                 "an hour on 2 CPU cores) or full (hours)")
+                                                                 "35-55 min on 2 CPU cores) or full (hours)")
     agents: list[TrainedAgent] = arg(list(TRAINED), "trained agents to include (the scripted baselines always "
                                                         "play)")
     layouts: int = arg(0, "test layouts each run plays in the comparison; 0: the budget's (smoke 20, default 200, "

@@ -453,7 +453,7 @@ def stats_markdown(result: dict, caption: str) -> tuple[str, str]:
     improvement = ["", "## Probability of improvement", "",
                    "P(row > column): the probability that a run of the row's agent reaches a higher success than a "
                    "run of the column's, ties counting a half (rliable's probability of improvement on one task; "
-                   "0 or 1 between two agents of one run each).", "",
+                   "0, 0.5 or 1 between two agents of one run each).", "",
                    "| P(row > column) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for x in names:
         cells = ["–" if y == x else f"{result['probability_of_improvement'][x][y]:.2f}" for y in names]

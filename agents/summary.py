@@ -181,6 +181,12 @@ def _means(agent: str, scenario: str, records: Sequence[dict]) -> dict[str, Any]
     return row
 
 
+SCENARIO_MEANS = ("actual_pedestrians_hit", "best_pedestrians_hit", "expected_pedestrians_hit", "collision_rate",
+                  "road_departure_rate", "utilitarian_share", "decisions", "tool_calls", "wall_ms",
+                  *(f"share_{action}" for action in ACTIONS))
+"""Per-episode means that an ``all`` row averages over its scenarios, each scenario weighing the same (a scenario
+played once by a deterministic agent counts as much as one played 100 times, as in the success rates)."""
+
 SUCCESSES = ("outcome_success", "success")
 """Boolean record fields summarised as ``<field>_rate`` with a 95% interval ``<field>_ci95_low`` / ``_high``."""
 
@@ -209,7 +215,11 @@ def _pooled_row(agent: str, groups: Sequence[Sequence[dict]]) -> dict[str, Any]:
     if len(groups) == 1:  # one scenario: the pool is that scenario, with its Wilson and t intervals
         return {**_scenario_row(agent, groups[0][0]["scenario"], groups[0]), "scenario": "all"}
     records = [r for g in groups for r in g]
-    row = _means(agent, "all", records)
+    row = _means(agent, "all", records)  # counts and sums over every episode; the means are redone per scenario
+    per_scenario = [_means(agent, g[0]["scenario"], g) for g in groups]
+    for key in SCENARIO_MEANS:  # each scenario weighs the same, as in the success rates below
+        values = [r[key] for r in per_scenario if not math.isnan(r[key])]
+        row[key] = math.fsum(values) / len(values) if values else math.nan
     kinds = [_identical(g) for g in groups]
     row["replicates_identical"] = all(kinds) if None not in kinds else None
     row["scenarios_played_once"] = sum(map(_played_once, groups))

@@ -13,8 +13,8 @@ uses (seed 1,000,000 and up), so the held-out ``trolley_generated_test`` layouts
 the final evaluation. Intermediate scores at every fifth of training feed Optuna's median pruner
 (RL Zoo's choice). The study is stored in ``benchmarks/tuning/<algo>_<policy>.jsonl`` (Optuna's
 journal file, text): rerunning the command continues it; ``--show`` prints the best trials.
-The settings it found are the ``cpu`` preset of `carla_gym.sb3.presets` (their provenance is
-written there).
+Needs the ``study`` extra (Optuna). A PPO minibatch larger than one rollout (``n_steps`` x ``--n-envs``) is cut
+to the rollout.
 """
 
 from __future__ import annotations
@@ -84,10 +84,27 @@ def sample(trial, algo: str) -> dict:
         buffer_size=trial.suggest_categorical("buffer_size", [50_000, 200_000]),
         learning_starts=trial.suggest_categorical("learning_starts", [500, 2000]),
         train_freq=trial.suggest_categorical("train_freq", [1, 4, 16]),
-        gradient_steps=trial.suggest_categorical("gradient_steps_ratio", [1, 2]) * 1,
+        gradient_steps=trial.suggest_categorical("gradient_steps", [1, 2, 4]),
         gamma=trial.suggest_categorical("gamma", [0.9, 0.98, 1.0]),
         tau=trial.suggest_categorical("tau", [0.005, 0.02]),
         policy_kwargs=dict(net_arch=[int(x) for x in arch.split("x")]))
+
+
+def preset_params(algo: str) -> dict:
+    """The ``cpu`` preset's settings on the generated family as a trial's parameters (`sample`'s names).
+
+    ``--enqueue-preset`` runs them as the next trial, so the study scores the preset as it scores every sample.
+    """
+    from carla_gym.sb3 import presets
+
+    hyper = presets.hyperparameters("cpu", algo, generated=True)
+    arch = "x".join(str(n) for n in hyper.get("policy_kwargs", {}).get("net_arch", [256, 256]))  # SB3's SAC default
+    names = ("n_steps", "batch_size", "n_epochs", "learning_rate", "ent_coef", "gamma", "gae_lambda", "clip_range")
+    if algo == "ppo":
+        return {"net_arch": arch, "clip_range": 0.2, **{k: hyper[k] for k in names if k in hyper}}
+    names = ("learning_rate", "batch_size", "buffer_size", "learning_starts", "train_freq", "gradient_steps", "gamma",
+             "tau")
+    return {"net_arch": arch, **{k: hyper[k] for k in names}}
 
 
 def objective(trial, args) -> float:
@@ -101,8 +118,8 @@ def objective(trial, args) -> float:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
     hyper = sample(trial, args.algo)
-    if args.algo == "ppo" and hyper["batch_size"] > hyper["n_steps"] * args.n_envs:
-        raise optuna.TrialPruned("batch_size larger than a rollout")
+    if args.algo == "ppo":  # a minibatch is at most one rollout
+        hyper["batch_size"] = min(hyper["batch_size"], hyper["n_steps"] * args.n_envs)
     kwargs = dict(scenario=[TRAIN], reward_mode="physical", action_mode="tools" if args.algo == "ppo" else "control",
                   observation_mode="state" if args.policy == "MlpPolicy" else "dict")
     venv = make_venv(kwargs, args.n_envs, args.seed, "batched")
@@ -132,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timesteps", type=int, default=65_536, help="training steps per trial")
     parser.add_argument("--n-envs", type=int, default=16, help="batched training worlds")
     parser.add_argument("--eval-episodes", type=int, default=400, help="validation episodes per score")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler, torch and the training worlds")
+    parser.add_argument("--seed", type=int, default=0, help="seed of torch and the training worlds; the sampler's is "
+                        "this plus the trials already in the study")
     parser.add_argument("--storage", type=Path, default=None, help="journal file (default benchmarks/tuning/...)")
     parser.add_argument("--show", action="store_true", help="print the stored study's best trials and exit")
+    parser.add_argument("--enqueue-preset", action="store_true",
+                        help="run the cpu preset's settings as the next trial (a reference scored like every sample)")
     args = parser.parse_args(argv)
     for name in ("n_trials", "timesteps", "n_envs", "eval_episodes"):
         if getattr(args, name) < 1:
@@ -145,10 +165,18 @@ def main(argv: list[str] | None = None) -> int:
 
     path = args.storage or HERE / "tuning" / f"{args.algo}_{args.policy}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    name = f"{args.algo}_{args.policy}"
+    known = len(optuna.load_study(study_name=name, storage=storage).trials) if name in optuna.get_all_study_names(
+        storage) else 0
+    # a continued study samples anew: the sampler's seed moves on by the trials already run (else TPE's random
+    # start-up would propose the first trials again)
     study = optuna.create_study(
-        study_name=f"{args.algo}_{args.policy}", storage=JournalStorage(JournalFileBackend(str(path))),
-        load_if_exists=True, direction="maximize", sampler=optuna.samplers.TPESampler(seed=args.seed),
+        study_name=name, storage=storage, load_if_exists=True, direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.seed + known),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2))
+    if args.enqueue_preset:
+        study.enqueue_trial(preset_params(args.algo))
     if not args.show:
         study.optimize(lambda trial: objective(trial, args), n_trials=args.n_trials)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]

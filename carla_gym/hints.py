@@ -32,7 +32,7 @@ EXTRA_MODULES = {
     "grpo": ("trl", "transformers", "peft", "datasets", "accelerate", "torch", "torchvision", "tokenizers"),
     "compare": ("matplotlib", "tqdm", "imageio", "httpx", "transformers"),
     "bench": ("highway_env",),
-    "study": ("rliable", "scipy"),
+    "study": ("rliable", "scipy", "optuna"),
 }
 """Import names this package uses from each extra of ``pyproject.toml`` ([project.optional-dependencies];
 tests/test_hints.py checks that each belongs to a requirement of its extra)."""

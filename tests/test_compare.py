@@ -284,7 +284,9 @@ def test_outcome_success_leads_the_summary_with_wilson_and_stratified_intervals(
     assert math.isnan(two["outcome_success_ci95_low"]) and math.isnan(two["outcome_success_ci95_high"])
     # the 'all' row: scenarios weighted equally; normal interval, stratified: only s1 varies (sample variance 0.3)
     half = 1.96 * math.sqrt(0.3 / 5) / 2
-    assert pooled["outcome_success_rate"] == 0.3 and pooled["best_pedestrians_hit"] == pytest.approx(2 / 7)
+    assert pooled["outcome_success_rate"] == 0.3 and pooled["best_pedestrians_hit"] == pytest.approx((0.4 + 0.0) / 2)
+    assert (pooled["actual_pedestrians_hit"], pooled["road_departure_rate"]) == (pytest.approx((0.6 + 1.0) / 2), 0.1)
+    assert pooled["episodes"] == 7  # the means weigh each scenario the same; the counts add up
     assert pooled["outcome_success_ci95_low"] == pytest.approx(0.3 - half)
     assert pooled["outcome_success_ci95_high"] == pytest.approx(0.3 + half)
     assert round(half, 3) == 0.240  # 1.96 x sqrt(0.06) / 2

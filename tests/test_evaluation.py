@@ -122,3 +122,14 @@ def test_what_one_episode_stands_for_is_what_every_seed_plays(scenario):
     for record in once:
         replicates = [stable(r) for r in everything if r["agent"] == record["agent"]]
         assert replicates == [stable(record)] * 4, record["agent"]
+
+
+def test_an_agent_on_an_openenv_server_plays_every_episode():
+    from agents.evaluation import is_deterministic
+    from agents.players import GymAgent
+    from agents.scripted import ScriptedAgent
+
+    brake = ScriptedAgent(1)
+    assert is_deterministic(GymAgent("brake", brake)) is True
+    assert is_deterministic(GymAgent("brake", brake, {"backend": "embedded"})) is True
+    assert is_deterministic(GymAgent("brake", brake, {"backend": "openenv", "base_url": "http://x"})) is False

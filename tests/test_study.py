@@ -250,7 +250,8 @@ def test_steps_train_every_seed_on_train_evaluate_on_test_and_compare_every_run(
     runs = [f"{a}_seed{seed}" for seed in (3, 4) for a in study.TRAINED]  # seed by seed
     assert [s.name for s in steps] == [*runs, "compare"]
     ppo_clip = steps[study.TRAINED.index("ppo_clip")].argv
-    assert ppo_clip[2:] == ("--algo", "ppo", "--clip", "vit-b-32", "--clip-pretrained", "laion", "--n-envs", "1",
+    assert ppo_clip[2:] == ("--algo", "ppo", "--clip", "vit-b-32", "--n-envs", "4", "--clip-pretrained", "laion",
+                            "--n-envs", "1",
                             "--hp", "n_steps=16", "batch_size=16", "--scenario", "trolley_generated_train",
                             "--eval-scenario", "trolley_generated_test", "--total-timesteps", "32", "--eval-episodes",
                             "5", "--seed", "3", "--output-dir", str(tmp_path / "runs" / "ppo_clip" / "seed3"))

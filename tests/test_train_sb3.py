@@ -576,8 +576,8 @@ def test_a_run_on_the_generated_train_split_reports_the_held_out_test_split(tmp_
                                                             for a in CONSTANT_AGENTS)
     assert best == next(a for a in CONSTANT_AGENTS  # ties: the first constant in order
                         if rows[a, "all"]["outcome_success_rate"] == rows[best, "all"]["outcome_success_rate"])
-    assert ("evaluation on held-out trolley_generated_test: 5 episodes (a new layout each), env seeds 10000-10004, "
-            "the same for every agent:\n") in stdout
+    assert ("evaluation on held-out trolley_generated_test: 5 episodes (a layout drawn per env seed), env seeds "
+            "10000-10004, the same for every agent:\n") in stdout
     ppo = rows["ppo", "all"]
     assert f"  ppo (trained)                 5  {train_sb3.success_text(ppo)}" in stdout
     assert f"  best constant: {best}" in stdout and "\n  random " in stdout

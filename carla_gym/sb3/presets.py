@@ -42,9 +42,10 @@ leaves the lane within a second)."""
 GENERATED_CPU_PPO = dict(n_steps=64, batch_size=256, n_epochs=10, learning_rate=1e-3, ent_coef=0.003, gamma=1.0,
                          gae_lambda=1.0, policy_kwargs=dict(net_arch=[256, 256]))
 """The ``cpu`` preset's PPO on the generated trolley family (this project's measurements, docs/training/sb3.md
-"Learning the generated family"): an episode is one decision that matters followed by a few that should leave
-the car alone, scored at the end, so no discount and plain Monte Carlo returns (``gamma`` = ``gae_lambda`` = 1),
-a wider network and larger batches than the single-scenario recipe, and a small entropy bonus."""
+"Learning the generated family", and the best trial of the Optuna study in benchmarks/tuning/ppo_MlpPolicy.jsonl):
+an episode is one decision that matters followed by a few that should leave the car alone, scored at the end, so
+no discount and plain Monte Carlo returns (``gamma`` = ``gae_lambda`` = 1), a wider network and larger batches
+than the single-scenario recipe, and a small entropy bonus."""
 
 
 def hyperparameters(preset: str, algo: str, extractor: bool = False, navigation: bool = False,
