@@ -131,10 +131,14 @@ def install_command(extra: str) -> str:
     checkout's path as typed from the working directory. Otherwise (no clone next to the package)
     a sentence naming the extra and the command to run from the user's clone.
 
+    Args:
+        extra: An extra of `EXTRA_MODULES`, or several joined by commas (``"clip,grpo"``: one command for all).
+
     Raises:
-        ValueError: ``extra`` is not one of `EXTRA_MODULES`.
+        ValueError: An extra that is not one of `EXTRA_MODULES`.
     """
-    _check_extra(extra)
+    for one in extra.split(","):
+        _check_extra(one)
     root = checkout()
     if root is None:
         return (f"install the extra {extra} of {DISTRIBUTION} from your clone of it: "
@@ -165,7 +169,7 @@ def require_extra(extra: str, modules: tuple[str, ...] | None = None) -> None:
 
 
 def exit_without_extras(*extras: str, prefix: str = "") -> None:
-    """Exit (`SystemExit`) with the install command of the first of ``extras`` that is missing.
+    """Exit (`SystemExit`) naming every one of ``extras`` that is missing, with one command installing them all.
 
     For scripts, before they write anything.
 
@@ -174,14 +178,21 @@ def exit_without_extras(*extras: str, prefix: str = "") -> None:
         prefix: Start of the message (e.g. ``"agents.compare: "``).
 
     Raises:
-        SystemExit: An extra is missing; the message is ``prefix`` + the `MissingExtraError` text.
+        SystemExit: An extra is missing: the message is ``prefix`` + the `MissingExtraError` text; several:
+            ``prefix`` + each one's missing module, then the install command of all of them.
         ValueError: An unknown extra.
     """
-    for extra in extras:
+    missing: dict[str, MissingExtraError] = {}
+    for extra in dict.fromkeys(extras):
         try:
             require_extra(extra)
         except MissingExtraError as exc:
-            sys.exit(f"{prefix}{exc}")
+            missing[extra] = exc
+    if len(missing) == 1:
+        sys.exit(f"{prefix}{next(iter(missing.values()))}")
+    if missing:
+        modules = "; ".join(f"{extra}: no module named {exc.name!r}" for extra, exc in missing.items())
+        sys.exit(f"{prefix}missing extras ({modules}). Install them: {install_command(','.join(missing))}")
 
 
 @contextlib.contextmanager

@@ -441,3 +441,20 @@ def test_a_refused_server_url_names_the_serve_command_that_makes_it_work(tmp_pat
         server.terminate()
         server.wait(timeout=30)
         server.stderr.close()
+
+
+def test_every_missing_extra_is_named_with_one_command_for_all(monkeypatch):
+    monkeypatch.setitem(hints.EXTRA_MODULES, "first_missing", ("no_such_module_a",))
+    monkeypatch.setitem(hints.EXTRA_MODULES, "second_missing", ("no_such_module_b",))
+    with pytest.raises(SystemExit) as info:
+        hints.exit_without_extras("sb3", "first_missing", "second_missing", prefix="study: ")
+    message = str(info.value.code)
+    assert message.startswith("study: missing extras (first_missing: no module named 'no_such_module_a'; "
+                              "second_missing: no module named 'no_such_module_b'). Install them: ")
+    assert message.endswith(hints.install_command("first_missing,second_missing"))
+    assert message.endswith("[first_missing,second_missing]'")  # pip install -e '<clone>[a,b]', quoted for the shell
+    with pytest.raises(SystemExit) as info:  # one missing extra: its own message, as before
+        hints.exit_without_extras("sb3", "second_missing")
+    assert str(info.value.code).startswith("No module named 'no_such_module_b'. Install the second_missing extra: ")
+    with pytest.raises(ValueError, match="'nope': not an extra"):
+        hints.install_command("sb3,nope")
