@@ -36,8 +36,9 @@ def _records(out: Path) -> list[dict]:
 
 
 def _stable(records: list[dict]) -> list[dict]:
-    """Records without wall time, sorted by key: what must match across runs."""
-    return sorted(({k: v for k, v in r.items() if k != "wall_time_s"} for r in records), key=key_of)
+    """Records without wall time and the harness's ``played_once`` mark, sorted by key: what must match across runs."""
+    return sorted(({k: v for k, v in r.items() if k not in ("wall_time_s", "played_once")} for r in records),
+                  key=key_of)
 
 
 def _without_wall(path: Path) -> list[str]:
