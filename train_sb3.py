@@ -60,7 +60,6 @@ import dataclasses
 import json
 import math
 import sys
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -84,7 +83,7 @@ from agents.evaluation import EVAL_SEED, play_all, pooled_row, write_summary  # 
 from agents.players import GymAgent, RandomAgent, oracle_agent  # noqa: E402
 from agents.records import MAX_EPISODES, EpisodeLog, episode_seed  # noqa: E402
 from agents.sb3 import ModelPolicy  # noqa: E402
-from agents.scripted import CONSTANT_AGENTS, CONTROL_CONSTANT_AGENTS, SCRIPTED_AGENTS  # noqa: E402
+from agents.scripted import CONSTANT_AGENTS, CONTROL_CONSTANT_AGENTS, SCRIPTED_AGENTS, best_constant  # noqa: E402
 from carla_gym.reward.encoder import FAITHFUL_MODEL  # noqa: E402
 from carla_gym.reward.shaping import check_shaping  # noqa: E402
 from carla_gym.sb3 import nav_eval, presets, runs  # noqa: E402
@@ -449,27 +448,6 @@ GIF_EPISODES = 3
 """Evaluation episodes of the trained model in ``episodes.gif`` (this project's choice: a few seconds to write)."""
 
 
-class RandomControl:
-    """Uniformly random ``[steer, throttle_or_brake]`` in [-1, 1]^2 at every step, seeded per episode and scenario.
-
-    The control counterpart of `agents.players.RandomAgent` (the same seeding: call `reset` first).
-    """
-
-    deterministic = False
-    """It samples: an evaluation plays it on every episode (`agents.evaluation.play_all`)."""
-
-    def __init__(self) -> None:
-        self._rng = np.random.default_rng(0)
-
-    def reset(self, seed: int, scenario: str) -> None:
-        """Restart the random stream for an episode: independent across scenarios and seeds."""
-        self._rng = np.random.default_rng([seed, zlib.crc32(scenario.encode())])
-
-    def act(self, observation, info: dict) -> np.ndarray:
-        """A random action: float32 array of shape (2,), both entries uniform in [-1, 1]."""
-        return self._rng.uniform(-1.0, 1.0, 2).astype(np.float32)
-
-
 def baseline_agents(eval_kwargs: dict) -> tuple[list[GymAgent], GymAgent]:
     """The constant policies and the uniformly random agent of the trained model's action mode.
 
@@ -479,7 +457,8 @@ def baseline_agents(eval_kwargs: dict) -> tuple[list[GymAgent], GymAgent]:
     plays its candidate policy whatever the model's ticks per action), and `agents.players.RandomAgent`
     at the model's ticks per action. Control actions: the constant control policies
     (`agents.scripted.CONTROL_CONSTANT_AGENTS`: full or no steer either way with full brake, no pedal
-    or full throttle) and `RandomControl`, in the model's env (ticks per action, steering smoothing).
+    or full throttle) and `agents.players.RandomAgent` with control actions, in the model's env (ticks per
+    action, steering smoothing).
 
     Args:
         eval_kwargs: The `CarlaTrolley-v0` keyword arguments the model acts in (``action_mode`` included).
@@ -491,26 +470,10 @@ def baseline_agents(eval_kwargs: dict) -> tuple[list[GymAgent], GymAgent]:
     state = {**eval_kwargs, "observation_mode": "state"}
     if eval_kwargs["action_mode"] == "control":
         constants = [GymAgent(name, SCRIPTED_AGENTS[name](), state) for name in CONTROL_CONSTANT_AGENTS]
-        return constants, GymAgent("random", RandomControl(), state)
+        return constants, GymAgent("random", RandomAgent("control"), state)
     tools = {**state, "ticks_per_action": DECISION_TICKS}
     constants = [GymAgent(name, SCRIPTED_AGENTS[name](), tools) for name in CONSTANT_AGENTS]
     return constants, GymAgent("random", RandomAgent(), state)
-
-
-def best_constant(pooled: dict[str, dict], constants: list[str]) -> str:
-    """The constant policy with the highest success by actual outcome (ties: the first in ``constants``).
-
-    A rate that does not apply (NaN: action_bias scenarios only) ranks last.
-
-    >>> best_constant({"brake": {"outcome_success_rate": 0.4}, "inaction": {"outcome_success_rate": 0.4},
-    ...                "swerve_left": {"outcome_success_rate": float("nan")}}, ["swerve_left", "inaction", "brake"])
-    'inaction'
-    """
-    def rate(name: str) -> float:
-        value = pooled[name]["outcome_success_rate"]
-        return -1.0 if math.isnan(value) else value
-
-    return max(constants, key=rate)
 
 
 def success_text(row: dict) -> str:
@@ -667,7 +630,8 @@ def finish_trolley(args: Args, out: Path, trained: GymAgent, eval_kwargs: dict, 
         for player in players:
             player.close()
     pooled = {player.name: pooled_row(records, player.name) for player in players}
-    best = best_constant(pooled, [c.name for c in constants])
+    names = [c.name for c in constants]
+    best = best_constant({n: pooled[n]["outcome_success_rate"] for n in names}, names)
     write_final_row(out / "evaluations.csv", timesteps, pooled[trained.name], train_seconds)
     where = args.scenario[0] if len(args.scenario) == 1 else f"{len(args.scenario)} scenarios"
     if args.eval_scenario != args.scenario:

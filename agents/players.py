@@ -34,17 +34,29 @@ from carla_gym.envs.spaces import TOOL_ACTIONS
 
 
 class RandomAgent:
-    """Uniformly random tool actions, seeded by the episode and the scenario (call `reset` first)."""
+    """Uniformly random actions, seeded by the episode and the scenario (call `reset` first).
 
-    def __init__(self) -> None:
+    Args:
+        action_mode: ``"tools"`` (a tool index) or ``"control"`` (``[steer, throttle_or_brake]``).
+
+    Raises:
+        ValueError: Another ``action_mode`` (naming it and the valid ones).
+    """
+
+    def __init__(self, action_mode: str = "tools") -> None:
+        if action_mode not in ("tools", "control"):
+            raise ValueError(f"action_mode={action_mode!r}: choose 'tools' or 'control'")
+        self._control = action_mode == "control"  # not ``action_mode``: GymAgent calls a policy's action_mode(info)
         self._rng = np.random.default_rng(0)
 
     def reset(self, seed: int, scenario: str) -> None:
         """Restart the random stream for an episode: independent across scenarios and seeds."""
         self._rng = np.random.default_rng([seed, zlib.crc32(scenario.encode())])
 
-    def act(self, observation, info: dict) -> int:
-        """A tool index in [0, 4)."""
+    def act(self, observation, info: dict) -> int | np.ndarray:
+        """A tool index in [0, 4), or a control action: float32 of shape (2,), both entries uniform in [-1, 1]."""
+        if self._control:
+            return self._rng.uniform(-1.0, 1.0, 2).astype(np.float32)
         return int(self._rng.integers(len(TOOL_ACTIONS)))
 
 

@@ -23,6 +23,9 @@ success by actual outcome counts such an episode a success too, so no agent scor
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
 from carla_gym.envs.spaces import TOOL_INDEX
@@ -275,3 +278,24 @@ SCRIPTED_AGENTS = {
     "oracle": OracleAgent,
 }
 """Factories of the scripted agents by name (no arguments)."""
+
+
+def best_constant(success: Mapping[str, float], constants: Sequence[str] | None = None) -> str | None:
+    """The constant policy of highest success in ``success`` (agent name -> success rate); None if none is there.
+
+    Args:
+        success: Success rates by agent name, fractions in [0, 1]; NaN (the rate does not apply: action_bias
+            scenarios only) ranks last.
+        constants: The constants to choose from, in tie order; None: `CONSTANT_AGENTS` then
+            `CONTROL_CONSTANT_AGENTS` (both action modes).
+
+    Examples:
+        >>> best_constant({"brake": 0.25, "swerve_left": 0.5, "brake_every": 0.5, "oracle": 1.0})
+        'swerve_left'
+        >>> best_constant({"brake": 0.4, "inaction": 0.4, "swerve_left": float("nan")},
+        ...               ["swerve_left", "inaction", "brake"])
+        'inaction'
+    """
+    order = (*CONSTANT_AGENTS, *CONTROL_CONSTANT_AGENTS) if constants is None else constants
+    present = [a for a in order if a in success]
+    return max(present, key=lambda a: -1.0 if math.isnan(success[a]) else success[a]) if present else None

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from agents import stats
-from agents.scripted import CONSTANT_AGENTS, CONTROL_CONSTANT_AGENTS
+from agents.scripted import best_constant
 from agents.stats import Interval
 from carla_gym.io import write_csv_atomic, write_json_atomic, write_text_atomic
 
@@ -89,20 +89,6 @@ def read_curve(run_dir: str | Path) -> Curve | None:
                      np.array([float(r["wall_s"]) for r in rows]),
                      np.array([float(r[success_column]) for r in rows]))
     return None
-
-
-def best_constant(success: Mapping[str, float]) -> str | None:
-    """The constant policy of either action mode of highest success in ``success``; None if none.
-
-    The constants are `agents.scripted.CONSTANT_AGENTS` (tools) then `agents.scripted.CONTROL_CONSTANT_AGENTS`
-    (control); ties go to the first in that order.
-
-    Examples:
-        >>> best_constant({"brake": 0.25, "swerve_left": 0.5, "brake_every": 0.5, "oracle": 1.0})
-        'swerve_left'
-    """
-    constants = [a for a in (*CONSTANT_AGENTS, *CONTROL_CONSTANT_AGENTS) if a in success]
-    return max(constants, key=lambda a: success[a]) if constants else None
 
 
 def references(rows: Mapping[str, dict]) -> dict[str, tuple[str, float]]:

@@ -133,3 +133,8 @@ def test_an_agent_on_an_openenv_server_plays_every_episode():
     assert is_deterministic(GymAgent("brake", brake)) is True
     assert is_deterministic(GymAgent("brake", brake, {"backend": "embedded"})) is True
     assert is_deterministic(GymAgent("brake", brake, {"backend": "openenv", "base_url": "http://x"})) is False
+
+
+def test_random_agent_refuses_an_unknown_action_mode():
+    with pytest.raises(ValueError, match="action_mode='camera': choose 'tools' or 'control'"):
+        RandomAgent("camera")

@@ -616,7 +616,9 @@ def test_the_control_baselines_are_constant_and_random_steer_and_pedal(sac_run):
     steps = np.array([a for actions in randoms for a in actions])
     assert len(randoms) == 5 and steps.shape[1] == 2 and np.all(np.abs(steps) <= 1.0)
     assert len({tuple(actions[0]) for actions in randoms}) == 5
-    policy = train_sb3.RandomControl()
+    from agents.players import RandomAgent
+
+    policy = RandomAgent("control")
     policy.reset(10_000, ESCAPE)
     assert [list(map(float, policy.act(None, {}))) for _ in randoms[0]] == randoms[0]
     sac = [r for r in records if r["agent"] == "sac"]  # the GIF replays control actions too
